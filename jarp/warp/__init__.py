@@ -1,0 +1,15 @@
+"""Warp kernels and Warp-launching functions as JAX-callable Equinox modules."""
+
+from . import types as types
+from ._callable import JaxCallable as JaxCallable
+from ._callable import jax_callable as jax_callable
+from ._kernel import JaxKernel as JaxKernel
+from ._kernel import jax_kernel as jax_kernel
+from ._options import FfiCallableProtocol as FfiCallableProtocol
+from ._options import FfiKernelProtocol as FfiKernelProtocol
+from ._options import JaxCallableCallOptions as JaxCallableCallOptions
+from ._options import JaxCallableOptions as JaxCallableOptions
+from ._options import JaxKernelCallOptions as JaxKernelCallOptions
+from ._options import JaxKernelOptions as JaxKernelOptions
+from ._struct import struct as struct
+from ._to_warp import to_warp as to_warp

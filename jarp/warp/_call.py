@@ -1,0 +1,324 @@
+"""Turn a module call into a launch plan: check arguments, resolve dims, bind the primitive."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import warp as wp
+
+from . import _internals
+from ._plans import Binding, Buffer, Param, Plan
+from ._primitive import CallConfig, bind
+from ._signature import ArgSpec, Signature, check_launch_dims, normalize_dims, output_dims_for
+
+
+def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The Warp scalar dtype of each runtime argument (Python scalars follow JAX's precision)."""
+    out = []
+    for a in args:
+        try:
+            out.append(wp.dtype_from_jax(jax.dtypes.result_type(a)))
+        except Exception as e:
+            raise TypeError(f"cannot infer a Warp dtype from argument {a!r}: {e}") from None
+    return tuple(out)
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def check_args(sig: Signature, args: Sequence[Any], what: str) -> tuple[list[Any], dict[str, Any]]:
+    """Check call arguments against the inputs of ``sig``.
+
+    Returns:
+        The array operands (as JAX arrays, in order) and the static scalar values by name.
+    """
+    inputs = sig.inputs
+    if len(args) != len(inputs):
+        names = ", ".join(p.name for p in inputs) or "none"
+        raise TypeError(f"{what} takes {len(inputs)} input(s) ({names}), got {len(args)}.")
+    operands, statics = [], {}
+    for spec, value in zip(inputs, args, strict=True):
+        if spec.is_array:
+            operands.append(_check_array(spec, value, what))
+        else:
+            statics[spec.name] = _check_scalar(spec, value, what)
+    return operands, statics
+
+
+def _check_array(spec: ArgSpec, value: Any, what: str) -> Any:
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        if isinstance(value, (int, float, bool, list, tuple)):
+            value = np.asarray(value)
+        else:
+            raise TypeError(f"{what}: argument {spec.name!r} expects a {spec.describe()}, got {type(value).__name__}.")
+    dtype = np.dtype(value.dtype)
+    if dtype != spec.np_dtype:
+        raise TypeError(
+            f"{what}: argument {spec.name!r} has dtype {dtype}, but the kernel expects {spec.np_dtype} "
+            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
+            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
+            + "."
+        )
+    shape = tuple(value.shape)
+    if len(shape) != spec.jax_ndim:
+        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
+        raise TypeError(
+            f"{what}: argument {spec.name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}. "
+            "To run over a batch, use jax.vmap instead of adding leading dims."
+        )
+    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
+        raise TypeError(
+            f"{what}: argument {spec.name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing "
+            f"dims must be {spec.inner_shape}, got shape {shape}."
+        )
+    if not isinstance(value, jax.Array):
+        value = jnp.asarray(value)
+    return value
+
+
+def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
+    if _is_tracer(value):
+        raise TypeError(
+            f"{what}: scalar argument {spec.name!r} got a traced value ({value.aval.str_short()}); scalar kernel "
+            "parameters are static. Pass a Python number (e.g. mark it static with "
+            "jax.jit(..., static_argnames=...)) or make it a one-element array parameter."
+        )
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        if np.ndim(value) != 0:
+            raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+        value = np.asarray(value).item()
+    if isinstance(value, complex) or not isinstance(value, (bool, int, float)):
+        raise TypeError(f"{what}: scalar argument {spec.name!r} expects a number, got {type(value).__name__}.")
+    scalar = spec.dtype
+    if wp.types.type_is_float(scalar):
+        return float(value)
+    if scalar is wp.bool:
+        return bool(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise TypeError(f"{what}: scalar argument {spec.name!r} is an integer parameter, got {value!r}.")
+    return int(value)
+
+
+def warp_shape(spec: ArgSpec, shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(shape[: spec.warp_ndim])
+
+
+def resolve_output_buffers(
+    sig: Signature,
+    operands: Sequence[Any],
+    output_dims: Any,
+    default_dims: tuple[int, ...] | None,
+    what: str,
+) -> list[Buffer]:
+    """Buffers of all results: in-out first (shaped like their inputs), then pure outputs."""
+    array_inputs = [p for p in sig.inputs if p.is_array]
+    buffers = [
+        Buffer(tuple(op.shape), np.dtype(op.dtype))
+        for spec, op in zip(array_inputs, operands, strict=True)
+        if spec.in_out
+    ]
+    named = (
+        dict(output_dims)
+        if isinstance(output_dims, tuple) and output_dims and isinstance(output_dims[0], tuple)
+        else None
+    )
+    for spec in sig.outputs:
+        if named is not None:
+            if spec.name not in named:
+                raise ValueError(
+                    f"{what}: output_dims has no entry for output {spec.name!r} (got {sorted(named)}); "
+                    "give every pure output's dims."
+                )
+            dims = output_dims_for(spec, named[spec.name], f"{what}: output_dims[{spec.name!r}]")
+        elif output_dims is not None:
+            dims = output_dims_for(spec, output_dims, f"{what}: output_dims")
+        elif default_dims is not None:
+            dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")
+        else:
+            raise ValueError(f"{what}: cannot infer the dims of output {spec.name!r}; pass output_dims=...")
+        buffers.append(Buffer(dims + spec.inner_shape, spec.np_dtype))
+    if named is not None:
+        unknown = set(named) - {s.name for s in sig.outputs}
+        if unknown:
+            raise ValueError(
+                f"{what}: output_dims names {sorted(unknown)}, which are not pure outputs "
+                f"({[s.name for s in sig.outputs]})."
+            )
+    return buffers
+
+
+def default_launch_dims(sig: Signature, operands: Sequence[Any]) -> tuple[int, ...] | None:
+    """The first array input's Warp shape, or None if there is no array input."""
+    for spec, op in zip([p for p in sig.inputs if p.is_array], operands, strict=True):
+        return warp_shape(spec, op.shape)
+    return None
+
+
+def build_plan(
+    kind: str,
+    target: Any,
+    sig: Signature,
+    operands: Sequence[Any],
+    statics: dict[str, Any],
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+    *,
+    has_side_effect: bool,
+    graph_compatible: bool,
+    name: str,
+) -> Plan:
+    """Bind each parameter to an operand, a result or a static value."""
+    params = []
+    op_index = 0
+    in_out_index = 0
+    pure_index = sig.num_in_out
+    aliases = []
+    for spec in sig.params:
+        if not spec.is_array:
+            params.append(Param(spec, Binding("static", value=statics[spec.name])))
+        elif spec in sig.outputs:
+            params.append(Param(spec, Binding("result", pure_index)))
+            pure_index += 1
+        elif spec.in_out:
+            params.append(Param(spec, Binding("result", in_out_index)))
+            aliases.append((op_index, in_out_index))
+            in_out_index += 1
+            op_index += 1
+        else:
+            params.append(Param(spec, Binding("operand", op_index)))
+            op_index += 1
+    return Plan(
+        kind=kind,
+        target=target,
+        params=tuple(params),
+        launch_dims=launch_dims,
+        operands=tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in operands),
+        results=tuple(results),
+        zero_results=tuple(range(sig.num_in_out, sig.num_outputs)),
+        aliases=tuple(aliases),
+        has_side_effect=has_side_effect,
+        graph_compatible=graph_compatible,
+        name=name,
+    )
+
+
+def resolve_launch_dims(launch_dims: Any, sig: Signature, operands: Sequence[Any], what: str) -> tuple[int, ...]:
+    if launch_dims is None:
+        dims = default_launch_dims(sig, operands)
+        if dims is None:
+            raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
+        return dims
+    return check_launch_dims(normalize_dims(launch_dims, f"{what}: launch_dims"), f"{what}: launch_dims")
+
+
+# -- reverse mode through Warp's adjoint ---------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def adjoint_plan(plan: Plan) -> Plan:
+    """The plan of the backward launch of a forward kernel plan.
+
+    Operands: the forward array operands, then one cotangent per forward result.
+    Results: one cotangent per forward operand (zero-filled), a zero-filled stand-in
+    for each forward result (the adjoint replays the forward pass as it was before
+    the launch, when pure outputs were zero), and a writable copy of each incoming
+    cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
+    """
+    n_ops, n_res = len(plan.operands), len(plan.results)
+    params = []
+    for p in plan.params:
+        b = p.primal
+        if b.source == "operand":
+            params.append(Param(p.spec, b, Binding("result", b.index)))
+        elif b.source == "result":
+            params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
+        else:
+            zero = 0.0 if wp.types.type_is_float(p.spec.dtype) else 0
+            params.append(Param(p.spec, b, Binding("static", value=zero)))
+    cotangents = tuple(Buffer(r.shape, r.dtype) for r in plan.results)
+    return dataclasses.replace(
+        plan,
+        kind="adjoint",
+        params=tuple(params),
+        operands=plan.operands + cotangents,
+        results=plan.operands + plan.results + cotangents,
+        zero_results=tuple(range(n_ops + n_res)),
+        aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res)),
+        batch_shape=(),
+        operand_batch=(),
+        name=plan.name + " (adjoint)",
+    )
+
+
+def _is_float(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _differentiable(plan: Plan, config: CallConfig, *operands: Any) -> tuple[jax.Array, ...]:
+    return bind(plan, config, operands)
+
+
+def _fwd(plan: Plan, config: CallConfig, *operands: Any) -> Any:
+    return bind(plan, config, operands), operands
+
+
+def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
+    cts = [
+        ct if ct is not None and ct.dtype == r.dtype else jnp.zeros(plan.result_shape(j), r.dtype)
+        for j, (ct, r) in enumerate(zip(cts, plan.results, strict=True))
+    ]
+    outs = bind(adjoint_plan(plan), config, (*operands, *cts))
+    return tuple(outs[i] if _is_float(op.dtype) else None for i, op in enumerate(operands))
+
+
+_differentiable.defvjp(_fwd, _bwd)
+
+
+def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:
+    """Bind ``plan`` (through Warp's adjoint when ``differentiable``)."""
+    if differentiable:
+        return tuple(_differentiable(plan, config, *operands))
+    return bind(plan, config, operands)
+
+
+# -- module preloading ---------------------------------------------------------------------------
+
+_preloaded: set[tuple[Any, str]] = set()
+_preload_lock = threading.Lock()
+
+
+def preload(kernel: Any, mode: Any) -> None:
+    """Compile and load ``kernel``'s module at trace time, per ``wp.JaxModulePreloadMode``."""
+    mode = wp.JaxModulePreloadMode(mode)
+    if mode == wp.JaxModulePreloadMode.NONE:
+        return
+    if mode == wp.JaxModulePreloadMode.CURRENT_DEVICE:
+        platforms = [jax.default_backend()]
+    else:
+        platforms = ["cpu", "gpu"]
+    devices = []
+    for platform in platforms:
+        if platform == "cpu":
+            devices.append(wp.get_device("cpu"))
+        elif platform in ("gpu", "cuda"):
+            devices.extend(wp.get_cuda_devices())
+    for device in devices:
+        key = (kernel, str(device))
+        if key in _preloaded:
+            continue
+        with _preload_lock:
+            _internals.load_entry_points(kernel, device)
+            _preloaded.add(key)
+
+
+def callable_name(func: Callable[..., Any]) -> str:
+    return getattr(func, "__qualname__", repr(func))

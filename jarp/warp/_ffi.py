@@ -1,0 +1,300 @@
+"""The XLA FFI bridge: one target per platform and the lean callback behind it.
+
+XLA calls `_callback` with a raw call frame. The callback reads the plan handle
+(the only attribute), looks up a per-(plan, device) executor that was prepared
+once, writes the buffer pointers into a copy of a pre-filled argument block and
+calls the kernel's compiled entry point directly. There is no lock around
+execution: each call fills its own argument block, so threads (pmap, several
+Python threads driving one executable) run concurrently. Errors become XLA FFI
+errors, which JAX raises as Python exceptions at the call site.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import warp as wp
+
+from . import _internals, _xla_ffi
+from ._plans import Binding, Plan, registry
+
+TARGET = "jarp_warp_call"
+TARGET_NO_GRAPH = "jarp_warp_call_no_graph"
+_PLATFORMS = ("cpu", "CUDA")
+
+_register_lock = threading.Lock()
+_registered = False
+_keepalive: list[Any] = []
+
+_executors: dict[tuple[int, int], _Executor] = {}
+_executors_lock = threading.Lock()
+
+_CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_memset = ctypes.memset
+_from_address = ctypes.c_void_p.from_address
+_c_int64 = ctypes.c_int64.from_address
+
+
+def ensure_registered() -> None:
+    """Register jarp's FFI targets with XLA for CPU and CUDA (once per process)."""
+    global _registered
+    if _registered:
+        return
+    with _register_lock:
+        if _registered:
+            return
+        _xla_ffi.check_layout()
+        for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
+            for platform in _PLATFORMS:
+                cb = _CALLBACK_TYPE(lambda frame, p=platform, g=graph: _callback(frame, p, g))
+                _keepalive.append(cb)
+                capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
+                jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        _registered = True
+
+
+def is_registered() -> bool:
+    """Whether jarp's FFI targets are registered in this process."""
+    return _registered
+
+
+def _callback(frame: int, platform: str, graph: bool) -> int | None:
+    try:
+        if _from_address(frame + _xla_ffi.FRAME_EXTENSION).value and _xla_ffi.answer_metadata_query(frame, graph):
+            return None
+        attrs = _from_address(frame + _xla_ffi.FRAME_ATTRS).value
+        handle = _c_int64(_from_address(_from_address(attrs).value + _xla_ffi.SCALAR_VALUE).value).value
+        if platform == "cpu":
+            key = (handle, -1)
+        else:
+            key = (handle, _xla_ffi.get_device_ordinal(frame))
+        executor = _executors.get(key)
+        if executor is None:
+            executor = _get_executor(key, platform)
+        executor.run(frame)
+        return None
+    except BaseException as e:  # noqa: BLE001 - every error must reach XLA, never unwind through C
+        return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {type(e).__name__}: {e}")
+
+
+def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
+    with _executors_lock:
+        executor = _executors.get(key)
+        if executor is None:
+            plan = registry.plan(key[0])
+            device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
+            if plan.kind == "callable":
+                executor = _CallableExecutor(plan, device)
+            elif device.is_cpu:
+                executor = _CpuKernelExecutor(plan, device)
+            else:
+                executor = _CudaKernelExecutor(plan, device)
+            _executors[key] = executor
+    return executor
+
+
+def _read_ptrs(frame: int, size_offset: int, array_offset: int) -> list[int]:
+    n = _c_int64(frame + size_offset).value
+    if n == 0:
+        return []
+    bufs = (ctypes.c_void_p * n).from_address(_from_address(frame + array_offset).value)
+    return [_from_address(b + _xla_ffi.BUFFER_DATA).value or 0 for b in bufs]
+
+
+def _batch_offsets(plan: Plan, nbytes: tuple[int, ...], batch: tuple[tuple[bool, ...], ...]) -> list[list[int]]:
+    """For each buffer, the byte offset of each batch slice (row-major over ``plan.batch_shape``)."""
+    shape = plan.batch_shape
+    nslices = math.prod(shape)
+    idx = np.indices(shape).reshape(len(shape), nslices) if shape else np.zeros((0, 1), dtype=np.int64)
+    out = []
+    for size, has in zip(nbytes, batch, strict=True):
+        strides, stride = [], size
+        for n, h in reversed(list(zip(shape, has, strict=True))):
+            strides.append(stride if h else 0)
+            stride *= n if h else 1
+        strides.reverse()
+        offs = (np.asarray(strides, dtype=np.int64)[:, None] * idx).sum(axis=0) if shape else np.zeros(1, np.int64)
+        out.append([int(o) for o in offs])
+    return out
+
+
+class _Executor:
+    plan: Plan
+
+    def run(self, frame: int) -> None:
+        raise NotImplementedError
+
+
+class _KernelExecutor(_Executor):
+    """Shared preparation of a kernel launch: argument blocks and pointer slots."""
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        self.plan = plan
+        self.device = device
+        kernel = plan.target
+        self.adjoint = plan.kind == "adjoint"
+        self.entry = _internals.load_entry_points(kernel, device)
+        if self.adjoint and not self.entry.backward:
+            raise RuntimeError(
+                f"kernel {kernel.key!r} has no backward entry point; its module was built with "
+                "enable_backward=False (set wp.config.enable_backward or the module option to True)."
+            )
+        self.bounds = _internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
+        self.empty = math.prod(plan.launch_dims) == 0
+        nslices = math.prod(plan.batch_shape)
+        self.nslices = nslices
+        op_nbytes = tuple(b.nbytes for b in plan.operands)
+        res_nbytes = tuple(b.nbytes for b in plan.results)
+        op_offsets = _batch_offsets(plan, op_nbytes, plan.operand_batch)
+        res_offsets = _batch_offsets(plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results))
+        self.zero = [(j, res_nbytes[j] * nslices) for j in plan.zero_results if res_nbytes[j]]
+        # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
+        self.slots: list[tuple[int, int, int, int, list[int]]] = []
+        blocks = [self._block([p.primal for p in plan.params], 0, op_offsets, res_offsets)]
+        if self.adjoint:
+            blocks.append(self._block([p.adjoint for p in plan.params], 1, op_offsets, res_offsets))
+        self.blocks = blocks
+
+    def _block(self, bindings: list[Binding], block: int, op_offsets: list[list[int]], res_offsets: list[list[int]]):
+        plan = self.plan
+        fields, values = [], []
+        for param, binding in zip(plan.params, bindings, strict=True):
+            spec = param.spec
+            if spec.is_array:
+                buf = plan.operands[binding.index] if binding.source == "operand" else plan.results[binding.index]
+                shape = buf.shape[: spec.warp_ndim]
+                strides = []
+                stride = buf.dtype.itemsize * math.prod(spec.inner_shape)
+                for n in reversed(shape):
+                    strides.append(stride)
+                    stride *= n
+                arr = _internals.ArrayStruct(0, 0, spec.warp_ndim, shape, tuple(reversed(strides)))
+                fields.append((spec.name, _internals.ArrayStruct))
+                values.append(arr)
+            else:
+                ctype = wp.types.type_ctype(spec.dtype)
+                fields.append((spec.name, ctype))
+                values.append(ctype(binding.value if binding.source == "static" else 0))
+        struct_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
+        template = struct_type(*values)
+        for param, binding, (name, _) in zip(plan.params, bindings, fields, strict=True):
+            if param.spec.is_array:
+                offset = getattr(struct_type, name).offset  # array_t.data is its first field
+                assert offset % 8 == 0
+                src = 0 if binding.source == "operand" else 1
+                offs = (op_offsets if src == 0 else res_offsets)[binding.index]
+                self.slots.append((block, offset // 8, src, binding.index, offs))
+        nwords = (ctypes.sizeof(struct_type) + 7) // 8
+        words = ctypes.c_uint64 * nwords
+        raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
+        return words, raw, template
+
+
+class _CpuKernelExecutor(_KernelExecutor):
+    def __init__(self, plan: Plan, device: Any) -> None:
+        super().__init__(plan, device)
+        if self.adjoint:
+            self.fn = _ENTRY_BACKWARD(self.entry.backward)
+        else:
+            self.fn = _ENTRY_FORWARD(self.entry.forward)
+        self.bounds_addr = ctypes.addressof(self.bounds)
+
+    def run(self, frame: int) -> None:
+        ptrs = (
+            _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _xla_ffi.FRAME_ARGS),
+            _read_ptrs(frame, _xla_ffi.FRAME_RETS_SIZE, _xla_ffi.FRAME_RETS),
+        )
+        res = ptrs[1]
+        for j, nbytes in self.zero:
+            _memset(res[j], 0, nbytes)
+        if self.empty:
+            return
+        blocks = [words.from_buffer_copy(raw) for words, raw, _ in self.blocks]
+        slots = self.slots
+        fn, bounds = self.fn, self.bounds_addr
+        for s in range(self.nslices):
+            for block, slot, src, index, offs in slots:
+                blocks[block][slot] = ptrs[src][index] + offs[s]
+            fn(bounds, *blocks)
+
+
+class _CudaKernelExecutor(_KernelExecutor):
+    def run(self, frame: int) -> None:
+        stream = _xla_ffi.get_stream(frame)
+        ptrs = (
+            _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _xla_ffi.FRAME_ARGS),
+            _read_ptrs(frame, _xla_ffi.FRAME_RETS_SIZE, _xla_ffi.FRAME_RETS),
+        )
+        for j, nbytes in self.zero:
+            _internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
+        if self.empty:
+            return
+        structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
+        params = [self.bounds]
+        for st in structs:
+            params.extend(getattr(st, name) for name, _ in st._fields_)
+        addrs = (ctypes.c_void_p * len(params))(*(ctypes.addressof(p) for p in params))
+        for s in range(self.nslices):
+            for block, slot, src, index, offs in self.slots:
+                ctypes.c_uint64.from_buffer(structs[block], slot * 8).value = ptrs[src][index] + offs[s]
+            _internals.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
+
+
+class _CallableExecutor(_Executor):
+    """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers."""
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        self.plan = plan
+        self.device = device
+        self.nslices = math.prod(plan.batch_shape)
+        res_nbytes = tuple(b.nbytes for b in plan.results)
+        self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
+        self.op_offsets = _batch_offsets(plan, tuple(b.nbytes for b in plan.operands), plan.operand_batch)
+        self.res_offsets = _batch_offsets(
+            plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)
+        )
+
+    def run(self, frame: int) -> None:
+        plan = self.plan
+        ops = _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _xla_ffi.FRAME_ARGS)
+        res = _read_ptrs(frame, _xla_ffi.FRAME_RETS_SIZE, _xla_ffi.FRAME_RETS)
+        if self.device.is_cpu:
+            stream = None
+            for j, nbytes in self.zero:
+                _memset(res[j], 0, nbytes)
+        else:
+            stream = wp.Stream(self.device, cuda_stream=_xla_ffi.get_stream(frame))
+            for j, nbytes in self.zero:
+                _internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
+        func: Callable[..., Any] = plan.target
+        for s in range(self.nslices):
+            args = []
+            for param in plan.params:
+                b = param.primal
+                if b.source == "static":
+                    args.append(b.value)
+                    continue
+                buf = plan.operands[b.index] if b.source == "operand" else plan.results[b.index]
+                base = ops[b.index] + self.op_offsets[b.index][s] if b.source == "operand" else res[b.index]
+                if b.source == "result":
+                    base += self.res_offsets[b.index][s]
+                shape = buf.shape[: param.spec.warp_ndim]
+                args.append(wp.array(ptr=base, dtype=param.spec.dtype, shape=shape, device=self.device))
+            if stream is None:
+                func(*args)
+            else:
+                with wp.ScopedStream(stream, sync_enter=False):
+                    func(*args)
+
+
+def executor_count() -> int:
+    """Number of prepared (plan, device) executors, for inspection and tests."""
+    return len(_executors)

@@ -1,0 +1,153 @@
+"""Every use of Warp's private internals (``warp._src`` and private attributes) in jarp.
+
+Warp's public API launches kernels through ``wp.launch``, which costs tens of
+microseconds of Python per call. jarp's FFI callback instead calls a module's
+compiled entry points directly, which needs a handful of private pieces: the
+ctypes layout of an array argument, the launch-bounds builder, the loaded
+module's kernel hooks and the CUDA launch function. They all live here, so a Warp
+upgrade is a one-file change, and `tests/warp/test_internals.py` checks that
+each one still has the shape jarp relies on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import warp as wp
+from warp._src.codegen import get_full_arg_spec as _get_full_arg_spec
+from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
+from warp._src.types import array_t as ArrayStruct  # noqa: N812
+
+__all__ = [
+    "ArrayStruct",
+    "EntryPoints",
+    "cuda_launch",
+    "cuda_memset",
+    "function_params",
+    "kernel_params",
+    "launch_bounds",
+    "load_entry_points",
+    "runtime_core",
+]
+
+_LOAD_LOCK = threading.Lock()
+# Warp's CPU kernels run one thread per block unless cooperative CPU blocks are
+# enabled; jarp never enables them, and CUDA keeps Warp's default of 256.
+_CPU_BLOCK_DIM = 1
+_CUDA_BLOCK_DIM = 256
+
+
+def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
+    """Return ``(name, warp_type)`` for each parameter of ``kernel``, in order."""
+    return tuple((arg.label, arg.type) for arg in kernel.adj.args)
+
+
+def function_params(func: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
+    """Return ``(name, annotation)`` for each parameter of a Warp-annotated Python function.
+
+    Raises:
+        TypeError: if a parameter has no annotation.
+    """
+    spec = _get_full_arg_spec(func)
+    missing = [name for name in spec.args if name not in spec.annotations]
+    if missing:
+        raise TypeError(
+            f"jax_callable(): parameter(s) {missing} of {getattr(func, '__qualname__', func)!r} have no type "
+            "annotation; annotate every parameter like a Warp kernel (e.g. `a: wp.array(dtype=float)`)."
+        )
+    return tuple((name, spec.annotations[name]) for name in spec.args)
+
+
+def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> ctypes.Structure:
+    """Build (and validate) the launch-bounds struct a kernel entry point takes."""
+    return _build_kernel_launch_bounds(tuple(dims), kernel, block_dim)
+
+
+class EntryPoints:
+    """A kernel's compiled entry points on one device, as raw addresses."""
+
+    __slots__ = ("backward", "backward_smem", "block_dim", "cluster_dim", "device", "forward", "forward_smem", "hooks")
+
+    def __init__(self, device: wp.context.Device, hooks: Any, block_dim: int) -> None:
+        self.device = device
+        self.hooks = hooks
+        self.block_dim = block_dim
+        self.forward = _address(hooks.forward)
+        self.backward = _address(hooks.backward)
+        self.forward_smem = int(getattr(hooks, "forward_smem_bytes", 0))
+        self.backward_smem = int(getattr(hooks, "backward_smem_bytes", 0))
+        self.cluster_dim = int(getattr(hooks, "cluster_dim", 1))
+
+
+def _address(fn: Any) -> int:
+    if fn is None:
+        return 0
+    if isinstance(fn, int):
+        return fn
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+
+def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoints:
+    """Compile (if needed) and load ``kernel``'s module on ``device``; return its entry points."""
+    block_dim = _CPU_BLOCK_DIM if device.is_cpu else _CUDA_BLOCK_DIM
+    with _LOAD_LOCK:
+        module_exec = kernel.module.load(device, block_dim)
+        if module_exec is None:
+            raise RuntimeError(
+                f"Warp could not load module {kernel.module.name!r} (kernel {kernel.key!r}) on {device}; "
+                "an earlier build failed, see Warp's compiler output above."
+            )
+        hooks = module_exec.get_kernel_hooks(kernel)
+    return EntryPoints(device, hooks, module_exec.block_dim)
+
+
+def runtime_core() -> Any:
+    """Warp's native library handle (``wp_*`` functions)."""
+    return wp._src.context.runtime.core
+
+
+def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -> None:
+    """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``."""
+    if not runtime_core().wp_memset_device(device.context, ptr, 0, nbytes, ctypes.c_void_p(stream)):
+        raise RuntimeError(f"Warp failed to zero {nbytes} bytes on {device}")
+
+
+def cuda_launch(
+    kernel: wp.Kernel,
+    entry: EntryPoints,
+    bounds: ctypes.Structure,
+    params: ctypes.Array,
+    stream: int,
+    adjoint: bool,
+) -> None:
+    """Launch a loaded kernel's forward or backward entry point on a CUDA stream."""
+    hooks = entry.hooks
+    fn = hooks.backward if adjoint else hooks.forward
+    smem = entry.backward_smem if adjoint else entry.forward_smem
+    if runtime_core().wp_cuda_launch_kernel(
+        entry.device.context,
+        fn,
+        bounds.size,
+        0,
+        entry.block_dim,
+        int(kernel.grid_stride),
+        entry.cluster_dim,
+        smem,
+        params,
+        ctypes.c_void_p(stream),
+        None,
+    ):
+        _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)
+
+
+def check_internals() -> None:
+    """Raise `AssertionError` if a Warp internal jarp relies on has changed shape."""
+    names = [f[0] for f in ArrayStruct._fields_]
+    assert names[:2] == ["data", "grad"], f"warp array_t fields changed: {names}"
+    assert ArrayStruct.data.offset == 0, "warp array_t.data is no longer the first field"
+    assert hasattr(wp.Kernel, "__init__")
+    for attr in ("wp_cuda_launch_kernel", "wp_memset_device"):
+        assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"

@@ -1,0 +1,244 @@
+"""`JaxKernel`: a Warp kernel as an immutable Equinox module."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, overload
+
+import equinox as eqx
+import jax
+import warp as wp
+
+from . import _call, _internals
+from ._options import ModulePreloadMode, ShapeLike, VmapMethod
+from ._primitive import VMAP_METHODS, CallConfig
+from ._signature import Signature, make_signature, normalize_dims, normalize_output_dims
+
+_WHAT = "jax_kernel()"
+
+
+def _check_vmap_method(value: Any, what: str) -> str:
+    if value not in VMAP_METHODS:
+        raise ValueError(
+            f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel) or "
+            "'broadcast_all' (fold the batch into the launch; only for elementwise kernels)."
+        )
+    return value
+
+
+def _tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _optional_dims(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else normalize_dims(value, f"{_WHAT}: launch_dims")
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
+    return make_signature(_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
+
+
+@functools.lru_cache(maxsize=1024)
+def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
+    arg_types = factory(*dtypes)
+    try:
+        return wp.overload(kernel, arg_types)
+    except Exception as e:
+        raise TypeError(
+            f"{_WHAT}: arg_types_factory{tuple(getattr(d, '__name__', d) for d in dtypes)} returned {arg_types!r}, "
+            f"which is not a valid overload of kernel {kernel.key!r}: {e}"
+        ) from e
+
+
+class JaxKernel(eqx.Module):
+    """A Warp kernel wrapped as a JAX-callable, immutable Equinox module.
+
+    Build it with `jarp.warp.jax_kernel`. All fields are static, so the module has
+    no array leaves; two modules built from the same kernel with equal options
+    compare equal and hash alike, which keeps `eqx.filter_jit` from retracing when
+    a model is rebuilt.
+
+    Calling it launches the kernel and returns a tuple of output arrays (in-out
+    arguments first, then pure outputs, which start zero-filled).
+    """
+
+    kernel: wp.Kernel = eqx.field(static=True)
+    arg_types_factory: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    num_outputs: int = eqx.field(static=True, default=1)
+    vmap_method: str = eqx.field(static=True, default="sequential")
+    launch_dims: tuple[int, ...] | None = eqx.field(static=True, default=None, converter=_optional_dims)
+    output_dims: Any = eqx.field(
+        static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
+    )
+    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=_tuple_of_str)
+    module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
+        static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
+    )
+    enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+
+    def __check_init__(self) -> None:
+        if not isinstance(self.kernel, wp.Kernel):
+            raise TypeError(
+                f"{_WHAT}: kernel must be a Warp kernel (decorate it with @wp.kernel), got {type(self.kernel).__name__}."
+            )
+        if self.arg_types_factory is not None and not callable(self.arg_types_factory):
+            raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
+        _check_vmap_method(self.vmap_method, _WHAT)
+        sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
+        if self.enable_backward and sig.num_in_out:
+            raise NotImplementedError(
+                f"{_WHAT}: in-out argument(s) {[p.name for p in sig.in_out]} cannot be differentiated yet "
+                "(enable_backward=True); make them pure outputs (they start zero-filled) or drop enable_backward."
+            )
+        if self.kernel.is_generic and self.arg_types_factory is None:
+            raise TypeError(
+                f"{_WHAT}: kernel {self.kernel.key!r} is generic (has Any-typed parameters); pass "
+                "arg_types_factory=... to pick an overload from the argument dtypes, or wrap a concrete overload "
+                "(wp.overload(kernel, [...]))."
+            )
+
+    def __call__(
+        self,
+        *args: Any,
+        output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
+        launch_dims: ShapeLike | None = None,
+        vmap_method: VmapMethod | None = None,
+    ) -> tuple[jax.Array, ...]:
+        """Launch the kernel.
+
+        Args:
+            *args: one value per kernel input (in-out arguments included), in order: JAX or
+                NumPy arrays for array parameters (vector/matrix elements as trailing dims),
+                Python numbers for scalar parameters.
+            output_dims: dims of the pure outputs for this call (overrides the module's).
+            launch_dims: launch dims for this call (overrides the module's).
+            vmap_method: how this call batches under `jax.vmap` (overrides the module's).
+
+        Returns:
+            The outputs: in-out arguments first, then the pure outputs.
+        """
+        kernel = self.kernel
+        if self.arg_types_factory is not None:
+            kernel = _overload(kernel, self.arg_types_factory, _call.warp_dtypes(args))
+        sig = _signature(kernel, self.num_outputs, self.in_out_argnames)
+        operands, statics = _call.check_args(sig, args, _WHAT + f" kernel {kernel.key!r}")
+        what = f"{_WHAT} kernel {kernel.key!r}"
+        dims = _call.resolve_launch_dims(
+            launch_dims if launch_dims is not None else self.launch_dims, sig, operands, what
+        )
+        out_dims = (
+            normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
+        )
+        results = _call.resolve_output_buffers(sig, operands, out_dims, dims, what)
+        config = CallConfig(_check_vmap_method(vmap_method or self.vmap_method, what))
+        _call.preload(kernel, self.module_preload_mode)
+        plan = _call.build_plan(
+            "kernel",
+            kernel,
+            sig,
+            operands,
+            statics,
+            results,
+            dims,
+            has_side_effect=False,
+            graph_compatible=True,
+            name=f"jax_kernel({kernel.key})",
+        )
+        return _call.launch(plan, config, operands, self.enable_backward)
+
+
+@overload
+def jax_kernel(
+    kernel: None = None,
+    *,
+    arg_types_factory: Callable[..., Any] | None = None,
+    num_outputs: int = 1,
+    vmap_method: VmapMethod = "sequential",
+    launch_dims: ShapeLike | None = None,
+    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
+    in_out_argnames: Iterable[str] = (),
+    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
+    enable_backward: bool = False,
+) -> Callable[[Any], JaxKernel]: ...
+@overload
+def jax_kernel(
+    kernel: Any,
+    *,
+    arg_types_factory: Callable[..., Any] | None = None,
+    num_outputs: int = 1,
+    vmap_method: VmapMethod = "sequential",
+    launch_dims: ShapeLike | None = None,
+    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
+    in_out_argnames: Iterable[str] = (),
+    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
+    enable_backward: bool = False,
+) -> JaxKernel: ...
+def jax_kernel(
+    kernel: Any = None,
+    *,
+    arg_types_factory: Callable[..., Any] | None = None,
+    num_outputs: int = 1,
+    vmap_method: VmapMethod = "sequential",
+    launch_dims: ShapeLike | None = None,
+    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
+    in_out_argnames: Iterable[str] = (),
+    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
+    enable_backward: bool = False,
+) -> JaxKernel | Callable[[Any], JaxKernel]:
+    """Wrap a Warp kernel as a `JaxKernel` module callable from JAX.
+
+    Kernel parameters are inputs first, then outputs; the last ``num_outputs``
+    parameters (plus any ``in_out_argnames``) are returned. Pure outputs start
+    zero-filled, so kernels may accumulate into them with ``wp.atomic_add``.
+
+    Args:
+        kernel: a ``@wp.kernel``. Omit it to get a decorator.
+        arg_types_factory: for generic kernels, maps the Warp scalar dtype of each
+            runtime argument to the argument types of the overload to launch (as
+            accepted by ``wp.overload``). Resolved once per dtype signature.
+        num_outputs: how many trailing parameters are outputs, in-out ones included.
+        vmap_method: ``"sequential"`` (default: every batch slice gets its own launch,
+            all inside one FFI call; correct for any kernel) or ``"broadcast_all"``
+            (fold the batch into the first launch dim, as Warp does; only correct for
+            elementwise kernels).
+        launch_dims: default launch dims; otherwise the first array input's Warp shape.
+        output_dims: default dims of the pure outputs: an int, a tuple, or a dict by
+            output name, with or without vector/matrix element dims. Otherwise the
+            launch dims.
+        in_out_argnames: inputs that the kernel updates in place and that are returned.
+        module_preload_mode: where to compile and load the kernel's module at trace time.
+        enable_backward: make the module differentiable in reverse mode (``jax.grad``,
+            ``jax.vjp``) through Warp's generated adjoint kernel.
+
+    Returns:
+        A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.
+
+    Example:
+        ```python
+        @wp.kernel
+        def triple(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+            i = wp.tid()
+            y[i] = 3.0 * x[i]
+
+        (y,) = jarp.warp.jax_kernel(triple)(jnp.arange(4.0))
+        ```
+    """
+    options = dict(
+        arg_types_factory=arg_types_factory,
+        num_outputs=num_outputs,
+        vmap_method=vmap_method,
+        launch_dims=launch_dims,
+        output_dims=output_dims,
+        in_out_argnames=in_out_argnames,
+        module_preload_mode=module_preload_mode,
+        enable_backward=enable_backward,
+    )
+    if kernel is None:
+        return lambda k: JaxKernel(k, **options)
+    return JaxKernel(kernel, **options)

@@ -1,0 +1,137 @@
+"""Launch plans: everything static one FFI call needs, and the process-local registry of them.
+
+A plan is a hashable value (a kernel overload plus static configuration and the
+shapes of its buffers). JAX carries it as the parameter of jarp's primitive; at
+lowering time it is interned in the registry, and only its integer handle is
+baked into the compiled call as an attribute. The FFI callback reads that handle
+and finds the plan again, so nothing per trace is stored anywhere: two traces of
+the same call share one plan, and the registry grows only with genuinely new
+configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from typing import Any, Literal
+
+import numpy as np
+
+from ._signature import ArgSpec
+
+Kind = Literal["kernel", "adjoint", "callable"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """Where a kernel parameter's value comes from in one FFI call.
+
+    ``source`` is ``"operand"`` or ``"result"`` (a buffer, by index), ``"static"``
+    (a Python scalar baked into the plan) or ``"none"``.
+    """
+
+    source: Literal["operand", "result", "static", "none"]
+    index: int = -1
+    value: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A kernel parameter with the buffers bound to its primal and (for adjoints) adjoint value."""
+
+    spec: ArgSpec
+    primal: Binding
+    adjoint: Binding = Binding("none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """The un-batched shape and dtype of one operand or result buffer (JAX convention)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A static launch configuration.
+
+    Attributes:
+        kind: ``"kernel"`` (forward entry point), ``"adjoint"`` (backward entry point) or
+            ``"callable"`` (a Python function that launches Warp kernels).
+        target: the kernel overload, or the Python function.
+        params: the parameters in call order, with their bindings.
+        launch_dims: the Warp launch dims (ignored for callables).
+        operands / results: the buffers, without batch dims.
+        zero_results: result indices zero-filled before the launch.
+        aliases: ``(operand, result)`` index pairs that share a buffer.
+        batch_shape: leading batch dims added by ``vmap`` (run as one launch per slice).
+        operand_batch: for each operand, which of ``batch_shape`` it carries (results carry all).
+        has_side_effect: keep the call even when its results are unused.
+        graph_compatible: may be captured in a CUDA graph by XLA.
+        name: a human-readable name for errors and inspection.
+    """
+
+    kind: Kind
+    target: Any
+    params: tuple[Param, ...]
+    launch_dims: tuple[int, ...]
+    operands: tuple[Buffer, ...]
+    results: tuple[Buffer, ...]
+    zero_results: tuple[int, ...] = ()
+    aliases: tuple[tuple[int, int], ...] = ()
+    batch_shape: tuple[int, ...] = ()
+    operand_batch: tuple[tuple[bool, ...], ...] = ()
+    has_side_effect: bool = False
+    graph_compatible: bool = True
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.operand_batch:
+            object.__setattr__(self, "operand_batch", tuple(() for _ in self.operands))
+
+    def operand_shape(self, i: int) -> tuple[int, ...]:
+        """The full shape of operand ``i``, with the batch dims it carries."""
+        batch = tuple(n for n, has in zip(self.batch_shape, self.operand_batch[i], strict=True) if has)
+        return batch + self.operands[i].shape
+
+    def result_shape(self, j: int) -> tuple[int, ...]:
+        return self.batch_shape + self.results[j].shape
+
+
+class _Registry:
+    """Content-keyed plan registry: ``plan -> handle`` and back. Thread-safe, append-only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handles: dict[Plan, int] = {}
+        self._plans: list[Plan] = []
+
+    def handle(self, plan: Plan) -> int:
+        handle = self._handles.get(plan)
+        if handle is not None:
+            return handle
+        with self._lock:
+            handle = self._handles.get(plan)
+            if handle is None:
+                handle = len(self._plans)
+                self._plans.append(plan)
+                self._handles[plan] = handle
+        return handle
+
+    def plan(self, handle: int) -> Plan:
+        return self._plans[handle]
+
+    def plans(self) -> tuple[Plan, ...]:
+        return tuple(self._plans)
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+registry = _Registry()

@@ -1,0 +1,139 @@
+"""jarp's JAX primitive: abstract evaluation, lowering to the FFI target, batching.
+
+Every Warp launch in a JAX program is one ``jarp_warp_call`` equation whose only
+parameter is a hashable `Plan`. Batching rewrites the plan instead of the
+program: the default adds a batch dimension that the callback walks slice by
+slice inside one FFI call (correct for any kernel); ``"broadcast_all"`` folds the
+batch into the first launch dimension (Warp's behaviour, valid for elementwise
+kernels only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from . import _ffi
+from ._plans import Buffer, Plan, registry
+
+warp_call_p = Primitive("jarp_warp_call")
+warp_call_p.multiple_results = True
+
+FOLD_METHODS = ("broadcast_all", "expand_dims")
+VMAP_METHODS = ("sequential", *FOLD_METHODS)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallConfig:
+    """Static options that travel with a plan through transformations."""
+
+    vmap_method: str = "sequential"
+
+
+def bind(plan: Plan, config: CallConfig, operands: Sequence[Any]) -> tuple[jax.Array, ...]:
+    """Launch ``plan`` on ``operands``; return its results."""
+    return tuple(warp_call_p.bind(*operands, plan=plan, config=config))
+
+
+def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> list[jax.core.ShapedArray]:
+    del config
+    for i, (op, expect) in enumerate(zip(operands, range(len(plan.operands)), strict=True)):
+        shape = plan.operand_shape(expect)
+        if tuple(op.shape) != shape or np.dtype(op.dtype) != plan.operands[i].dtype:
+            raise TypeError(
+                f"jarp internal error: operand {i} of {plan.name} is {op.dtype}{list(op.shape)}, "
+                f"plan expects {plan.operands[i].dtype}{list(shape)}"
+            )
+    return [jax.core.ShapedArray(plan.result_shape(j), r.dtype) for j, r in enumerate(plan.results)]
+
+
+warp_call_p.def_abstract_eval(_abstract_eval)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(plan: Plan, config: CallConfig) -> Any:
+    return jax.jit(lambda *ops: warp_call_p.bind(*ops, plan=plan, config=config))
+
+
+def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
+    # Eager calls go through one cached executable per plan instead of re-lowering.
+    return _compiled(plan, config)(*operands)
+
+
+warp_call_p.def_impl(_impl)
+
+
+def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
+    del config
+    _ffi.ensure_registered()
+    target = _ffi.TARGET if plan.graph_compatible else _ffi.TARGET_NO_GRAPH
+    rule = jax.ffi.ffi_lowering(
+        target,
+        operand_output_aliases=dict(plan.aliases) or None,
+        has_side_effect=plan.has_side_effect,
+    )
+    return rule(ctx, *operands, plan=np.int64(registry.handle(plan)))
+
+
+mlir.register_lowering(warp_call_p, _lowering)
+
+
+def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:
+    raise TypeError(
+        f"{plan.name} is not differentiable as built: pass enable_backward=True to jax_kernel() "
+        "(reverse mode via Warp's adjoint), or wrap it with custom derivative rules."
+    )
+
+
+ad.primitive_jvps[warp_call_p] = _not_differentiable
+
+
+def _batch(args: Sequence[Any], dims: Sequence[int | None], *, plan: Plan, config: CallConfig) -> Any:
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
+    mapped = [d is not None for d in dims]
+    # In-out buffers are written in place, so each slice needs its own copy.
+    for i, _ in plan.aliases:
+        if not mapped[i]:
+            args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
+            mapped[i] = True
+    if config.vmap_method in FOLD_METHODS and not plan.batch_shape and plan.kind != "callable":
+        return _fold(args, mapped, size, plan, config), [0] * len(plan.results)
+    new = dataclasses.replace(
+        plan,
+        batch_shape=(size, *plan.batch_shape),
+        operand_batch=tuple((m, *b) for m, b in zip(mapped, plan.operand_batch, strict=True)),
+    )
+    return bind(new, config, args), [0] * len(plan.results)
+
+
+def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: CallConfig) -> list[Any]:
+    def fold(buf: Buffer) -> Buffer:
+        return Buffer((size * buf.shape[0], *buf.shape[1:]), buf.dtype)
+
+    ops = []
+    for a, m, buf in zip(args, mapped, plan.operands, strict=True):
+        if not buf.shape:
+            raise ValueError(f"vmap_method='broadcast_all' cannot fold a 0-d operand of {plan.name}")
+        a = a if m else jnp.broadcast_to(a, (size, *a.shape))
+        ops.append(a.reshape((size * buf.shape[0], *buf.shape[1:])))
+    new = dataclasses.replace(
+        plan,
+        launch_dims=(size * plan.launch_dims[0], *plan.launch_dims[1:]),
+        operands=tuple(fold(b) for b in plan.operands),
+        results=tuple(fold(b) for b in plan.results),
+        operand_batch=tuple(() for _ in plan.operands),
+    )
+    outs = bind(new, config, ops)
+    return [o.reshape((size, *r.shape)) for o, r in zip(outs, plan.results, strict=True)]
+
+
+batching.primitive_batchers[warp_call_p] = _batch

@@ -1,0 +1,201 @@
+"""Parse a Warp kernel's (or annotated function's) parameters into JAX-facing argument specs."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+ShapeLike = int | Sequence[int]
+
+_MAX_WARP_NDIM = 4
+_PYTHON_SCALARS = {float: wp.float32, int: wp.int32, bool: wp.bool}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSpec:
+    """How one kernel parameter looks from JAX.
+
+    Attributes:
+        name: the parameter's name.
+        is_array: whether it is a ``wp.array`` (otherwise a scalar).
+        dtype: the Warp element type (``wp.vec3f``, ``wp.float32``...) or None when generic.
+        warp_ndim: number of Warp array dimensions (0 for scalars).
+        inner_shape: trailing JAX dims of a vector/matrix element (``(3,)`` for vec3).
+        in_out: whether the array is both read and returned.
+    """
+
+    name: str
+    is_array: bool
+    dtype: Any
+    warp_ndim: int
+    inner_shape: tuple[int, ...]
+    in_out: bool = False
+
+    @property
+    def generic(self) -> bool:
+        return self.dtype is None
+
+    @property
+    def jax_ndim(self) -> int:
+        return self.warp_ndim + len(self.inner_shape)
+
+    @property
+    def scalar_type(self) -> Any:
+        return getattr(self.dtype, "_wp_scalar_type_", self.dtype)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(wp.dtype_to_numpy(self.scalar_type))
+
+    def describe(self) -> str:
+        if not self.is_array:
+            return f"scalar {getattr(self.dtype, '__name__', self.dtype)}"
+        elem = "Any" if self.generic else wp.types.type_repr(self.dtype)
+        return f"{self.warp_ndim}-d wp.array of {elem}"
+
+
+def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel") -> ArgSpec:
+    """Build an `ArgSpec` from a Warp type annotation."""
+    if wp.types.is_array(warp_type):
+        dtype = warp_type.dtype
+        if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":
+            return ArgSpec(name, True, None, warp_type.ndim, (), in_out)
+        if wp.types.type_is_vector(dtype) or wp.types.type_is_matrix(dtype):
+            inner = tuple(int(d) for d in dtype._shape_)
+        elif wp.types.type_is_value(dtype):
+            inner = ()
+        else:
+            raise TypeError(
+                f"{what} parameter {name!r} is an array of {wp.types.type_repr(dtype)}; jarp passes arrays of "
+                "scalars, vectors or matrices only."
+            )
+        return ArgSpec(name, True, dtype, warp_type.ndim, inner, in_out)
+    if warp_type is Any:
+        return ArgSpec(name, False, None, 0, (), in_out)
+    if warp_type in _PYTHON_SCALARS:
+        return ArgSpec(name, False, _PYTHON_SCALARS[warp_type], 0, (), in_out)
+    if wp.types.type_is_value(warp_type):
+        return ArgSpec(name, False, warp_type, 0, (), in_out)
+    raise TypeError(
+        f"{what} parameter {name!r} has type {warp_type!r}; jarp passes wp.array parameters and scalar "
+        "(int/float/bool) parameters only."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """The parameters of a kernel split into inputs (including in-out) and pure outputs."""
+
+    params: tuple[ArgSpec, ...]
+    num_outputs: int
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.params) - self.num_pure_outputs
+
+    @property
+    def num_pure_outputs(self) -> int:
+        return self.num_outputs - self.num_in_out
+
+    @property
+    def num_in_out(self) -> int:
+        return sum(p.in_out for p in self.params)
+
+    @property
+    def inputs(self) -> tuple[ArgSpec, ...]:
+        return self.params[: self.num_inputs]
+
+    @property
+    def outputs(self) -> tuple[ArgSpec, ...]:
+        return self.params[self.num_inputs :]
+
+    @property
+    def in_out(self) -> tuple[ArgSpec, ...]:
+        return tuple(p for p in self.inputs if p.in_out)
+
+
+def make_signature(
+    params: Sequence[tuple[str, Any]], num_outputs: int, in_out_argnames: tuple[str, ...], *, what: str
+) -> Signature:
+    """Validate the output options against a parameter list and build a `Signature`.
+
+    Raises:
+        ValueError / TypeError naming the offending option.
+    """
+    names = [name for name, _ in params]
+    if isinstance(num_outputs, bool) or not isinstance(num_outputs, int):
+        raise TypeError(f"{what}: num_outputs must be an int, got {num_outputs!r}.")
+    if num_outputs < 1:
+        raise ValueError(f"{what}: num_outputs must be at least 1 (a kernel needs an output), got {num_outputs}.")
+    if num_outputs > len(params):
+        raise ValueError(
+            f"{what}: num_outputs={num_outputs} exceeds the number of parameters ({len(params)}: {names})."
+        )
+    if len(set(in_out_argnames)) != len(in_out_argnames):
+        raise ValueError(f"{what}: in_out_argnames has duplicates: {list(in_out_argnames)}.")
+    for name in in_out_argnames:
+        if name not in names:
+            raise ValueError(f"{what}: in_out_argnames names {name!r}, which is not a parameter (have {names}).")
+    num_inputs = len(params) - num_outputs + len(in_out_argnames)
+    if len(in_out_argnames) > num_outputs:
+        raise ValueError(
+            f"{what}: in_out_argnames has {len(in_out_argnames)} names but num_outputs={num_outputs}; "
+            "num_outputs counts in-out arguments too."
+        )
+    specs = []
+    for i, (name, warp_type) in enumerate(params):
+        in_out = name in in_out_argnames
+        if in_out and i >= num_inputs:
+            raise ValueError(
+                f"{what}: in_out_argnames names {name!r}, which comes after the pure outputs; put in-out arguments "
+                f"before the last {num_outputs - len(in_out_argnames)} (pure output) parameters, or raise num_outputs."
+            )
+        spec = arg_spec(name, warp_type, in_out=in_out, what=what)
+        if (i >= num_inputs or in_out) and not spec.is_array:
+            raise TypeError(f"{what}: output parameter {name!r} must be a wp.array, got {spec.describe()}.")
+        specs.append(spec)
+    return Signature(tuple(specs), num_outputs)
+
+
+def normalize_dims(value: ShapeLike, what: str) -> tuple[int, ...]:
+    """Turn an int or sequence of ints into a tuple of non-negative ints."""
+    try:
+        dims = (operator.index(value),) if not isinstance(value, Iterable) else tuple(operator.index(d) for d in value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int or a sequence of ints, got {value!r}.") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{what} must be non-negative, got {dims}.")
+    return dims
+
+
+def normalize_output_dims(value: Any, what: str) -> Any:
+    """Normalise ``output_dims`` into a hashable value: None, a tuple of ints, or a sorted tuple of pairs."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), normalize_dims(v, f"{what}[{k!r}]")) for k, v in value.items()))
+    return normalize_dims(value, what)
+
+
+def output_dims_for(spec: ArgSpec, dims: tuple[int, ...], what: str) -> tuple[int, ...]:
+    """Accept Warp (without inner dims) or JAX (with them) convention; return Warp dims."""
+    if len(dims) == spec.warp_ndim:
+        return dims
+    n_inner = len(spec.inner_shape)
+    if n_inner and len(dims) == spec.jax_ndim and dims[spec.warp_ndim :] == spec.inner_shape:
+        return dims[: spec.warp_ndim]
+    expect = f"{spec.warp_ndim} dims"
+    if n_inner:
+        expect += f" (or {spec.jax_ndim} ending in {spec.inner_shape})"
+    raise ValueError(f"{what} for output {spec.name!r} ({spec.describe()}) must have {expect}, got {dims}.")
+
+
+def check_launch_dims(dims: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if not 1 <= len(dims) <= _MAX_WARP_NDIM:
+        raise ValueError(f"{what} must have 1 to {_MAX_WARP_NDIM} dims, got {dims}.")
+    return dims

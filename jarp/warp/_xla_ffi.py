@@ -1,0 +1,221 @@
+"""The few pieces of XLA's FFI C ABI (``xla/ffi/api/c_api.h``) that jarp's callback reads.
+
+The callback is on the hot path of every launch, so it reads the call frame by
+fixed byte offsets instead of building ctypes structures. The offsets are those
+of the 64-bit layout of the C structs; `check_layout` recomputes them from
+ctypes declarations so that a test fails loudly if they ever disagree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+
+_P = ctypes.c_void_p
+
+
+class _Args(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("size", ctypes.c_int64), ("types", _P), ("args", _P))
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("ext", _P),
+        ("size", ctypes.c_int64),
+        ("types", _P),
+        ("names", _P),
+        ("attrs", _P),
+    )
+
+
+class _CallFrame(ctypes.Structure):
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", _P),
+        ("api", _P),
+        ("ctx", _P),
+        ("stage", ctypes.c_int),
+        ("args", _Args),
+        ("rets", _Args),
+        ("attrs", _Attrs),
+        ("future", _P),
+    )
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("ext", _P),
+        ("dtype", ctypes.c_int),
+        ("data", _P),
+        ("rank", ctypes.c_int64),
+        ("dims", _P),
+    )
+
+
+class _Scalar(ctypes.Structure):
+    _fields_ = (("dtype", ctypes.c_int), ("value", _P))
+
+
+class _ExtensionBase(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", _P))
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("major", ctypes.c_int), ("minor", ctypes.c_int))
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32))
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = (("base", _ExtensionBase), ("metadata", ctypes.POINTER(_Metadata)))
+
+
+class ErrorCreateArgs(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("message", ctypes.c_char_p), ("errc", ctypes.c_int))
+
+
+class StreamGetArgs(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("ctx", _P), ("stream", _P))
+
+
+class DeviceOrdinalGetArgs(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("ctx", _P), ("device_ordinal", ctypes.c_int32))
+
+
+ErrorCreate = ctypes.CFUNCTYPE(_P, ctypes.POINTER(ErrorCreateArgs))
+StreamGet = ctypes.CFUNCTYPE(_P, ctypes.POINTER(StreamGetArgs))
+DeviceOrdinalGet = ctypes.CFUNCTYPE(_P, ctypes.POINTER(DeviceOrdinalGetArgs))
+
+
+class _Api(ctypes.Structure):
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("ext", _P),
+        ("api_version", _ApiVersion),
+        ("internal_api", _P),
+        *(
+            (name, _P)
+            for name in (
+                "Error_Create",
+                "Error_GetMessage",
+                "Error_Destroy",
+                "Handler_Register",
+                "Stream_Get",
+                "TypeId_Register",
+                "ExecutionContext_Get",
+                "State_Set",
+                "State_Get",
+                "DeviceMemory_Allocate",
+                "DeviceMemory_Free",
+                "ThreadPool_Schedule",
+                "ThreadPool_NumThreads",
+                "Future_Create",
+                "Future_SetAvailable",
+                "Future_SetError",
+                "RunId_Get",
+                "DeviceOrdinal_Get",
+            )
+        ),
+    )
+
+
+_API_ERROR_CREATE = 48
+_API_STREAM_GET = 80
+_API_DEVICE_ORDINAL_GET = 184
+
+FRAME_EXTENSION = 8
+FRAME_API = 16
+FRAME_CTX = 24
+FRAME_ARGS_SIZE = 56
+FRAME_ARGS = 72
+FRAME_RETS_SIZE = 96
+FRAME_RETS = 112
+FRAME_ATTRS_SIZE = 136
+FRAME_ATTRS = 160
+BUFFER_DATA = 24
+SCALAR_VALUE = 8
+EXTENSION_TYPE = 8
+EXTENSION_METADATA = 1
+METADATA_TRAITS_OFFSET = 8 + ctypes.sizeof(_ApiVersion)
+COMMAND_BUFFER_COMPATIBLE = 1
+
+
+class ErrorCode(enum.IntEnum):
+    """The subset of ``XLA_FFI_Error_Code`` that jarp reports."""
+
+    INVALID_ARGUMENT = 3
+    FAILED_PRECONDITION = 9
+    INTERNAL = 13
+    UNKNOWN = 2
+
+
+def check_layout() -> None:
+    """Raise `AssertionError` if the hard-coded offsets disagree with the ctypes declarations."""
+    assert ctypes.sizeof(ctypes.c_void_p) == 8, "jarp's FFI bridge needs a 64-bit Python"
+    expected = {
+        "FRAME_EXTENSION": _CallFrame.extension_start.offset,
+        "FRAME_API": _CallFrame.api.offset,
+        "FRAME_CTX": _CallFrame.ctx.offset,
+        "FRAME_ARGS_SIZE": _CallFrame.args.offset + _Args.size.offset,
+        "FRAME_ARGS": _CallFrame.args.offset + _Args.args.offset,
+        "FRAME_RETS_SIZE": _CallFrame.rets.offset + _Args.size.offset,
+        "FRAME_RETS": _CallFrame.rets.offset + _Args.args.offset,
+        "FRAME_ATTRS_SIZE": _CallFrame.attrs.offset + _Attrs.size.offset,
+        "FRAME_ATTRS": _CallFrame.attrs.offset + _Attrs.attrs.offset,
+        "BUFFER_DATA": _Buffer.data.offset,
+        "SCALAR_VALUE": _Scalar.value.offset,
+        "EXTENSION_TYPE": _ExtensionBase.type.offset,
+        "METADATA_TRAITS_OFFSET": _Metadata.traits.offset,
+        "_API_ERROR_CREATE": _Api.Error_Create.offset,
+        "_API_STREAM_GET": _Api.Stream_Get.offset,
+        "_API_DEVICE_ORDINAL_GET": _Api.DeviceOrdinal_Get.offset,
+    }
+    for name, offset in expected.items():
+        assert globals()[name] == offset, f"XLA FFI layout mismatch for {name}: {globals()[name]} != {offset}"
+
+
+def read_ptr(address: int) -> int:
+    """Read a pointer-sized value at ``address`` (0 for NULL)."""
+    return ctypes.c_void_p.from_address(address).value or 0
+
+
+def answer_metadata_query(frame: int, graph_compatible: bool) -> bool:
+    """Answer XLA's first-call metadata query; return whether the frame was such a query."""
+    ext = read_ptr(frame + FRAME_EXTENSION)
+    if not ext or ctypes.c_int.from_address(ext + EXTENSION_TYPE).value != EXTENSION_METADATA:
+        return False
+    meta = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+    meta.api_version.major = 0
+    meta.api_version.minor = 1
+    meta.traits = COMMAND_BUFFER_COMPATIBLE if graph_compatible else 0
+    return True
+
+
+def create_error(frame: int, code: ErrorCode, message: str) -> int:
+    """Create an ``XLA_FFI_Error`` carrying ``message``; XLA raises it in Python at the call site."""
+    api = read_ptr(frame + FRAME_API)
+    fn = ErrorCreate(read_ptr(api + _API_ERROR_CREATE))
+    args = ErrorCreateArgs(ctypes.sizeof(ErrorCreateArgs), None, message.encode("utf-8", "replace"), int(code))
+    return fn(ctypes.byref(args)) or 0
+
+
+def get_stream(frame: int) -> int:
+    """Return the platform stream (``cudaStream_t``) XLA runs this call on."""
+    api = read_ptr(frame + FRAME_API)
+    fn = StreamGet(read_ptr(api + _API_STREAM_GET))
+    args = StreamGetArgs(ctypes.sizeof(StreamGetArgs), None, read_ptr(frame + FRAME_CTX), None)
+    fn(ctypes.byref(args))
+    return args.stream or 0
+
+
+def get_device_ordinal(frame: int) -> int:
+    """Return the ordinal of the device XLA runs this call on."""
+    api = read_ptr(frame + FRAME_API)
+    fn = DeviceOrdinalGet(read_ptr(api + _API_DEVICE_ORDINAL_GET))
+    args = DeviceOrdinalGetArgs(ctypes.sizeof(DeviceOrdinalGetArgs), None, read_ptr(frame + FRAME_CTX), 0)
+    fn(ctypes.byref(args))
+    return int(args.device_ordinal)
