@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from . import _internals
+from . import _analysis, _internals
 from ._plans import Binding, Buffer, Param, Plan
 from ._primitive import CallConfig, bind
 from ._signature import ArgSpec, Signature, check_launch_dims, normalize_dims, output_dims_for
@@ -195,6 +195,18 @@ def build_plan(
         else:
             params.append(Param(spec, Binding("operand", op_index)))
             op_index += 1
+    zero = []
+    if kind == "kernel":
+        overwritten = _analysis.overwritten_outputs(
+            _internals.kernel_source(target), tuple(s.name for s in sig.outputs)
+        )
+    else:
+        overwritten = {}
+    for j, spec in enumerate(sig.outputs, start=sig.num_in_out):
+        rank = overwritten.get(spec.name)
+        if rank == len(launch_dims) and results[j].shape[: spec.warp_ndim] == launch_dims:
+            continue  # every thread overwrites its own element: the fill would be wasted
+        zero.append(j)
     return Plan(
         kind=kind,
         target=target,
@@ -202,7 +214,7 @@ def build_plan(
         launch_dims=launch_dims,
         operands=tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in operands),
         results=tuple(results),
-        zero_results=tuple(range(sig.num_in_out, sig.num_outputs)),
+        zero_results=tuple(zero),
         aliases=tuple(aliases),
         has_side_effect=has_side_effect,
         graph_compatible=graph_compatible,
@@ -322,3 +334,48 @@ def preload(kernel: Any, mode: Any) -> None:
 
 def callable_name(func: Callable[..., Any]) -> str:
     return getattr(func, "__qualname__", repr(func))
+
+
+# -- eager dispatch ------------------------------------------------------------------------------
+
+
+def _eager_impl(module: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any) -> Any:
+    args: list[Any] = list(arrays)
+    for i, value in statics:
+        args.insert(i, value)
+    return module.trace_call(*args, **dict(options))
+
+
+_eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2))
+
+
+def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
+    """Run an eager (un-traced) call through one cached executable per module and signature.
+
+    Returns None when the call is not eligible (a tracer or a non-JAX array among
+    the arguments, or an unhashable option), in which case the caller traces it
+    directly. NumPy arrays take the direct path so that their dtype is checked
+    before ``jax.jit`` would silently convert it.
+    """
+    arrays, statics = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, jax.core.Tracer) or isinstance(a, np.ndarray):
+            return None
+        if isinstance(a, jax.Array):
+            arrays.append(a)
+        else:
+            statics.append((i, a))
+    try:
+        key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
+        hash((tuple(statics), key))
+    except TypeError:
+        return None
+    return _eager_jit(module, tuple(statics), key, *arrays)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value

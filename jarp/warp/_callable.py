@@ -109,6 +109,12 @@ class JaxCallable(eqx.Module):
             The outputs: in-out arguments first, then the pure outputs (zero-filled
             before the function runs).
         """
+        options = dict(output_dims=output_dims, vmap_method=vmap_method)
+        out = _call.try_eager(self, args, options)
+        return out if out is not None else self.trace_call(*args, **options)
+
+    def trace_call(self, *args: Any, output_dims: Any = None, vmap_method: str | None = None) -> tuple[jax.Array, ...]:
+        """Bind the function's call into the current JAX trace (what `__call__` does under `jit`)."""
         func = self.func
         if self.generic:
             func = _specialise(func, _call.warp_dtypes(args))

@@ -28,6 +28,7 @@ __all__ = [
     "cuda_memset",
     "function_params",
     "kernel_params",
+    "kernel_source",
     "launch_bounds",
     "load_entry_points",
     "runtime_core",
@@ -43,6 +44,11 @@ _CUDA_BLOCK_DIM = 256
 def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
     """Return ``(name, warp_type)`` for each parameter of ``kernel``, in order."""
     return tuple((arg.label, arg.type) for arg in kernel.adj.args)
+
+
+def kernel_source(kernel: wp.Kernel) -> str:
+    """The Python source Warp generated ``kernel`` from (also for kernels built from explicit source)."""
+    return kernel.adj.source
 
 
 def function_params(func: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
@@ -69,9 +75,23 @@ def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> cty
 class EntryPoints:
     """A kernel's compiled entry points on one device, as raw addresses."""
 
-    __slots__ = ("backward", "backward_smem", "block_dim", "cluster_dim", "device", "forward", "forward_smem", "hooks")
+    __slots__ = (
+        "backward",
+        "backward_smem",
+        "block_dim",
+        "cluster_dim",
+        "device",
+        "forward",
+        "forward_smem",
+        "hooks",
+        "module_exec",
+    )
 
-    def __init__(self, device: wp.context.Device, hooks: Any, block_dim: int) -> None:
+    def __init__(self, device: wp.context.Device, module_exec: Any, hooks: Any, block_dim: int) -> None:
+        # Holding the ModuleExec keeps its binary loaded: Warp unloads a module's code when
+        # that object is collected, e.g. after a new overload makes Warp rebuild the module,
+        # and the raw entry-point addresses below would then dangle.
+        self.module_exec = module_exec
         self.device = device
         self.hooks = hooks
         self.block_dim = block_dim
@@ -101,7 +121,7 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoin
                 "an earlier build failed, see Warp's compiler output above."
             )
         hooks = module_exec.get_kernel_hooks(kernel)
-    return EntryPoints(device, hooks, module_exec.block_dim)
+    return EntryPoints(device, module_exec, hooks, module_exec.block_dim)
 
 
 def runtime_core() -> Any:

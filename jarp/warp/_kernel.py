@@ -123,6 +123,18 @@ class JaxKernel(eqx.Module):
         Returns:
             The outputs: in-out arguments first, then the pure outputs.
         """
+        options = dict(output_dims=output_dims, launch_dims=launch_dims, vmap_method=vmap_method)
+        out = _call.try_eager(self, args, options)
+        return out if out is not None else self.trace_call(*args, **options)
+
+    def trace_call(
+        self,
+        *args: Any,
+        output_dims: Any = None,
+        launch_dims: Any = None,
+        vmap_method: str | None = None,
+    ) -> tuple[jax.Array, ...]:
+        """Bind the kernel's launch into the current JAX trace (what `__call__` does under `jit`)."""
         kernel = self.kernel
         if self.arg_types_factory is not None:
             kernel = _overload(kernel, self.arg_types_factory, _call.warp_dtypes(args))

@@ -177,6 +177,12 @@ def normalize_output_dims(value: Any, what: str) -> Any:
     """Normalise ``output_dims`` into a hashable value: None, a tuple of ints, or a sorted tuple of pairs."""
     if value is None:
         return None
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) for v in value)
+    ):
+        value = dict(value)  # already normalised
     if isinstance(value, Mapping):
         return tuple(sorted((str(k), normalize_dims(v, f"{what}[{k!r}]")) for k, v in value.items()))
     return normalize_dims(value, what)
