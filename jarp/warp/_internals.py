@@ -126,6 +126,8 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoin
 
 def runtime_core() -> Any:
     """Warp's native library handle (``wp_*`` functions)."""
+    if wp._src.context.runtime is None:
+        wp.init()
     return wp._src.context.runtime.core
 
 

@@ -1,0 +1,123 @@
+"""jarp's own launch path: plan registry, FFI errors, threads, several devices, CUDA lowering."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+
+from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
+
+from . import kernels as k
+
+
+def test_retracing_does_not_grow_the_registry():
+    m = jax_kernel(k.triple_kernel, enable_backward=True)
+    x = jnp.arange(8, dtype=jnp.float32)
+
+    def run():
+        # a fresh function object: a fresh trace and lowering each time
+        return jax.jit(jax.grad(lambda x: jnp.sum(m(x)[0] ** 2))).lower(x)
+
+    run()
+    before = len(_plans.registry)
+    for _ in range(20):
+        run()
+    assert len(_plans.registry) == before
+
+
+def test_equal_plans_share_a_handle():
+    m1 = jax_kernel(k.triple_kernel)
+    m2 = jax_kernel(k.triple_kernel)
+    x = jnp.ones(5, jnp.float32)
+    t1 = jax.jit(lambda x: m1(x)[0]).lower(x).as_text()
+    t2 = jax.jit(lambda x: m2(x)[0]).lower(x).as_text()
+    assert "jarp_warp_call" in t1
+    assert t1 == t2
+
+
+def _raising(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    raise ValueError("boom from the callable")
+
+
+def test_callback_error_becomes_python_exception(capfd):
+    m = jax_callable(_raising)
+    with pytest.raises(Exception, match="boom from the callable") as info:
+        jax.block_until_ready(m(jnp.ones(3, jnp.float32)))
+    assert "ValueError" in str(info.value)
+    captured = capfd.readouterr()
+    assert "boom" not in captured.out  # no stray print of the traceback
+
+
+def test_threads_share_one_executable():
+    m = jax_kernel(k.triple_kernel)
+    f = jax.jit(lambda x: m(x)[0])
+    xs = [jnp.arange(2000, dtype=jnp.float32) + t for t in range(6)]
+    f(xs[0])
+    bad = []
+
+    def work(t):
+        for _ in range(50):
+            out = np.asarray(f(xs[t]))
+            if not np.array_equal(out, 3.0 * np.asarray(xs[t])):
+                bad.append(t)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert bad == []
+
+
+def test_lowers_for_cuda_without_a_gpu():
+    m = jax_kernel(k.scale_sum_square, enable_backward=True)
+    a = jnp.arange(4, dtype=jnp.float32)
+    f = jax.jit(jax.value_and_grad(lambda a, b: jnp.sum(m(a, b, 2.0)[0]), argnums=(0, 1)))
+    text = f.trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
+    calls = [line for line in text.splitlines() if "stablehlo.custom_call @jarp_warp_call" in line]
+    assert len(calls) == 2  # forward and adjoint
+    assert all("plan = " in line for line in calls)
+    assert any("output_operand_aliases" in line for line in calls)  # the adjoint's writable cotangent copy
+
+
+def test_registered_once():
+    jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])(jnp.ones(2, jnp.float32))
+    assert _ffi.is_registered()
+
+
+_MULTI_DEVICE = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jarp.warp import jax_kernel
+    from tests.warp import kernels as k
+
+    m = jax_kernel(k.triple_kernel)
+    assert jax.device_count() == 2
+    x = jnp.arange(16, dtype=jnp.float32).reshape(2, 8)
+    out = jax.pmap(lambda x: m(x)[0])(x)
+    np.testing.assert_array_equal(out, 3 * np.asarray(x))
+    mesh = jax.make_mesh((2,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
+    xs = jax.device_put(jnp.arange(16, dtype=jnp.float32), NamedSharding(mesh, P("d")))
+    f = jax.jit(jax.shard_map(lambda x: m(x)[0], mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    np.testing.assert_array_equal(f(xs), 3 * np.arange(16))
+    print("multi-device ok")
+    """
+)
+
+
+def test_pmap_and_shard_map_on_two_cpu_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", _MULTI_DEVICE], env=env, cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "multi-device ok" in proc.stdout

@@ -1,0 +1,38 @@
+"""Warp and XLA internals that jarp relies on still have the shape it expects.
+
+These fail loudly after a Warp or jaxlib upgrade that moves them, pointing at
+``jarp/warp/_internals.py`` / ``jarp/warp/_xla_ffi.py``, the only modules to update.
+"""
+
+import warp as wp
+
+from jarp.warp import _internals, _xla_ffi
+
+from . import kernels as k
+
+
+def test_xla_ffi_layout_matches_declarations():
+    _xla_ffi.check_layout()
+
+
+def test_warp_internals_have_expected_shape():
+    _internals.check_internals()
+
+
+def test_kernel_params_and_source():
+    params = _internals.kernel_params(k.scale_kernel)
+    assert [name for name, _ in params] == ["a", "s", "output"]
+    assert wp.types.is_array(params[0][1])
+    assert "output[tid] = a[tid] * s" in _internals.kernel_source(k.scale_kernel)
+
+
+def test_function_params_reads_annotations():
+    params = _internals.function_params(k.scale_func)
+    assert [name for name, _ in params] == ["a", "s", "out"]
+
+
+def test_entry_points_load_on_cpu():
+    entry = _internals.load_entry_points(k.triple_kernel, wp.get_device("cpu"))
+    assert entry.forward != 0
+    assert entry.backward != 0  # modules are built with backward by default
+    assert entry.block_dim == 1
