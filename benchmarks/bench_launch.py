@@ -109,21 +109,31 @@ def main() -> None:
     args = parser.parse_args()
     r = args.repeat
     m = marginal_launch(wp.jax_kernel(K.axpy), jarp.warp.jax_kernel(K.axpy), r)
-    print(f"marginal launch (chain of 20, n=8): warp {m['warp'] * 1e6:.2f} us, jarp {m['jarp'] * 1e6:.2f} us, "
-          f"ratio {m['jarp'] / m['warp']:.3f} (target <= 0.333, aim 0.1)")
+    print(
+        f"marginal launch (chain of 20, n=8): warp {m['warp'] * 1e6:.2f} us, jarp {m['jarp'] * 1e6:.2f} us, "
+        f"ratio {m['jarp'] / m['warp']:.3f} (target <= 0.333, aim 0.1)"
+    )
     g = grad_cost(r)
-    print(f"grad n=1000: warp {g['warp'] * 1e6:.1f} us, jarp {g['jarp'] * 1e6:.1f} us, jnp {g['jnp'] * 1e6:.1f} us, "
-          f"ratio {g['jarp'] / g['warp']:.3f} (target <= 0.5, aim 0.2)")
+    print(
+        f"grad n=1000: warp {g['warp'] * 1e6:.1f} us, jarp {g['jarp'] * 1e6:.1f} us, jnp {g['jnp'] * 1e6:.1f} us, "
+        f"ratio {g['jarp'] / g['warp']:.3f} (target <= 0.5, aim 0.2)"
+    )
     v = vmap_cost(r)
-    print(f"vmap 16x1000: warp broadcast_all {v['warp broadcast_all'] * 1e6:.1f} us, jarp sequential "
-          f"{v['jarp sequential'] * 1e6:.1f} us, ratio {v['jarp sequential'] / v['warp broadcast_all']:.3f} "
-          "(target <= 1.5)")
+    print(
+        f"vmap 16x1000: warp broadcast_all {v['warp broadcast_all'] * 1e6:.1f} us, jarp sequential "
+        f"{v['jarp sequential'] * 1e6:.1f} us, ratio {v['jarp sequential'] / v['warp broadcast_all']:.3f} "
+        "(target <= 1.5)"
+    )
     big = large_cost(max(20, r // 10))
-    print(f"n=1e6: warp {big['warp'] * 1e3:.3f} ms, jarp {big['jarp'] * 1e3:.3f} ms, "
-          f"ratio {big['jarp'] / big['warp']:.3f} (target <= 1.05)")
+    print(
+        f"n=1e6: warp {big['warp'] * 1e3:.3f} ms, jarp {big['jarp'] * 1e3:.3f} ms, "
+        f"ratio {big['jarp'] / big['warp']:.3f} (target <= 1.05)"
+    )
     mem = trace_memory(400)
-    print(f"400 fresh traces: warp {mem['warp'] / 1e3:.1f} kB, jarp {mem['jarp'] / 1e3:.1f} kB retained "
-          "(target jarp < 150 kB)")
+    print(
+        f"400 fresh traces: warp {mem['warp'] / 1e3:.1f} kB, jarp {mem['jarp'] / 1e3:.1f} kB retained "
+        "(target jarp < 150 kB)"
+    )
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> i
         if not (isinstance(node, ast.Name) and node.id == name):
             continue
         parent = parents.get(node)
-        if isinstance(parent, ast.arguments) or isinstance(parent, ast.arg):
+        if isinstance(parent, (ast.arguments, ast.arg)):
             continue
         if isinstance(parent, ast.Attribute) and parent.attr == "shape":
             continue
@@ -104,3 +104,25 @@ def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> i
             continue
         uses += 1
     return uses
+
+
+@functools.lru_cache(maxsize=1024)
+def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` the kernel assigns with a plain store (``a[i] = ...``), not only accumulates into.
+
+    Warp's adjoint differentiates reads and accumulations (``a[i] += x``,
+    ``wp.atomic_add``) of an in-out array correctly, but not overwrites: the
+    overwritten value's adjoint is never cleared. Unparsable source counts as storing.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return names
+    stored = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in names:
+                        stored.add(sub.value.id)
+    return tuple(n for n in names if n in stored)

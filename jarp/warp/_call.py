@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from . import _analysis, _internals
+from . import _analysis, _internals, _runtime_scalars
 from ._plans import Binding, Buffer, Param, Plan
 from ._primitive import CallConfig, bind
 from ._signature import ArgSpec, Signature, check_launch_dims, normalize_dims, output_dims_for
@@ -32,6 +32,36 @@ def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
 
 def _is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
+
+
+def runtime_scalar_names(sig: Signature, args: Sequence[Any]) -> tuple[str, ...]:
+    """Names of scalar parameters given a JAX array or tracer (runtime values), in order."""
+    return tuple(
+        spec.name
+        for spec, value in zip(sig.inputs, args, strict=False)
+        if not spec.is_array and isinstance(value, jax.Array)
+    )
+
+
+def runtime_scalar_operands(sig: Signature, args: Sequence[Any], names: tuple[str, ...], what: str) -> list[Any]:
+    """Replace runtime scalar arguments by the one-element arrays the kernel variant reads."""
+    if len(args) != len(sig.inputs):
+        return list(args)  # check_args reports the count
+    out = list(args)
+    for i, spec in enumerate(sig.inputs):
+        if spec.name not in names:
+            continue
+        value = args[i]
+        expected = spec.np_dtype
+        if np.shape(value) not in ((), (1,)):
+            raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+        if np.dtype(value.dtype) != expected:
+            raise TypeError(
+                f"{what}: scalar argument {spec.name!r} got a {np.dtype(value.dtype)} array, but the kernel parameter "
+                f"is {expected}; cast it with .astype(jnp.{expected.name}) or pass a Python number (static)."
+            )
+        out[i] = jnp.reshape(value, (1,))
+    return out
 
 
 def check_args(sig: Signature, args: Sequence[Any], what: str) -> tuple[list[Any], dict[str, Any]]:
@@ -156,9 +186,10 @@ def resolve_output_buffers(
 
 
 def default_launch_dims(sig: Signature, operands: Sequence[Any]) -> tuple[int, ...] | None:
-    """The first array input's Warp shape, or None if there is no array input."""
+    """The first array input's Warp shape (runtime scalars aside), or None if there is no array input."""
     for spec, op in zip([p for p in sig.inputs if p.is_array], operands, strict=True):
-        return warp_shape(spec, op.shape)
+        if not spec.name.endswith(_runtime_scalars.SUFFIX):
+            return warp_shape(spec, op.shape)
     return None
 
 
@@ -181,6 +212,7 @@ def build_plan(
     in_out_index = 0
     pure_index = sig.num_in_out
     aliases = []
+    scalar_operands: list[int] = []
     for spec in sig.params:
         if not spec.is_array:
             params.append(Param(spec, Binding("static", value=statics[spec.name])))
@@ -194,6 +226,8 @@ def build_plan(
             op_index += 1
         else:
             params.append(Param(spec, Binding("operand", op_index)))
+            if spec.name.endswith(_runtime_scalars.SUFFIX):
+                scalar_operands.append(op_index)
             op_index += 1
     zero = []
     if kind == "kernel":
@@ -216,6 +250,7 @@ def build_plan(
         results=tuple(results),
         zero_results=tuple(zero),
         aliases=tuple(aliases),
+        scalar_operands=tuple(scalar_operands),
         has_side_effect=has_side_effect,
         graph_compatible=graph_compatible,
         name=name,
@@ -245,11 +280,18 @@ def adjoint_plan(plan: Plan) -> Plan:
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
+    in_out = {res: op for op, res in plan.aliases}
     params = []
     for p in plan.params:
         b = p.primal
         if b.source == "operand":
             params.append(Param(p.spec, b, Binding("result", b.index)))
+        elif b.source == "result" and b.index in in_out:
+            # In-out: replay from the value before the launch; the incoming cotangent buffer
+            # accumulates the adjoint of the reads and becomes the input's cotangent.
+            params.append(
+                Param(p.spec, Binding("operand", in_out[b.index]), Binding("result", n_ops + n_res + b.index))
+            )
         elif b.source == "result":
             params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
         else:
@@ -289,7 +331,9 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
         for j, (ct, r) in enumerate(zip(cts, plan.results, strict=True))
     ]
     outs = bind(adjoint_plan(plan), config, (*operands, *cts))
-    return tuple(outs[i] if _is_float(op.dtype) else None for i, op in enumerate(operands))
+    n_ops, n_res = len(plan.operands), len(plan.results)
+    source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.aliases}
+    return tuple(outs[source[i]] if _is_float(op.dtype) else None for i, op in enumerate(operands))
 
 
 _differentiable.defvjp(_fwd, _bwd)
@@ -359,7 +403,7 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     """
     arrays, statics = [], []
     for i, a in enumerate(args):
-        if isinstance(a, jax.core.Tracer) or isinstance(a, np.ndarray):
+        if isinstance(a, (jax.core.Tracer, np.ndarray)):
             return None
         if isinstance(a, jax.Array):
             arrays.append(a)

@@ -73,7 +73,7 @@ class JaxCallable(eqx.Module):
     def __check_init__(self) -> None:
         if not callable(self.func):
             raise TypeError(f"{_WHAT}: func must be a function, got {type(self.func).__name__}.")
-        from ._kernel import _check_vmap_method  # noqa: PLC0415 - shared validation
+        from ._kernel import _check_vmap_method
 
         _check_vmap_method(self.vmap_method, _WHAT)
         if self.graph_cache_max is not None and (
@@ -109,7 +109,7 @@ class JaxCallable(eqx.Module):
             The outputs: in-out arguments first, then the pure outputs (zero-filled
             before the function runs).
         """
-        options = dict(output_dims=output_dims, vmap_method=vmap_method)
+        options = {"output_dims": output_dims, "vmap_method": vmap_method}
         out = _call.try_eager(self, args, options)
         return out if out is not None else self.trace_call(*args, **options)
 
@@ -125,7 +125,7 @@ class JaxCallable(eqx.Module):
             normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, _call.default_launch_dims(sig, operands), what)
-        from ._kernel import _check_vmap_method  # noqa: PLC0415
+        from ._kernel import _check_vmap_method
 
         config = CallConfig(_check_vmap_method(vmap_method or self.vmap_method, what))
         plan = _call.build_plan(
@@ -202,19 +202,19 @@ def jax_callable(
         (out,) = jarp.warp.jax_callable(scale)(jnp.ones(8), 2.0)
         ```
     """
-    options = dict(
-        generic=generic,
-        num_outputs=num_outputs,
-        graph_mode=graph_mode,
-        vmap_method=vmap_method,
-        output_dims=output_dims,
-        in_out_argnames=in_out_argnames,
-        stage_in_argnames=stage_in_argnames,
-        stage_out_argnames=stage_out_argnames,
-        graph_cache_max=graph_cache_max,
-        module_preload_mode=module_preload_mode,
-        has_side_effect=has_side_effect,
-    )
+    options = {
+        "generic": generic,
+        "num_outputs": num_outputs,
+        "graph_mode": graph_mode,
+        "vmap_method": vmap_method,
+        "output_dims": output_dims,
+        "in_out_argnames": in_out_argnames,
+        "stage_in_argnames": stage_in_argnames,
+        "stage_out_argnames": stage_out_argnames,
+        "graph_cache_max": graph_cache_max,
+        "module_preload_mode": module_preload_mode,
+        "has_side_effect": has_side_effect,
+    }
     if func is None:
         return lambda f: JaxCallable(f, **options)
     return JaxCallable(func, **options)

@@ -19,7 +19,7 @@ from typing import Any
 import warp as wp
 from warp._src.codegen import get_full_arg_spec as _get_full_arg_spec
 from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
-from warp._src.types import array_t as ArrayStruct  # noqa: N812
+from warp._src.types import array_t as ArrayStruct
 
 __all__ = [
     "ArrayStruct",
@@ -31,6 +31,7 @@ __all__ = [
     "kernel_source",
     "launch_bounds",
     "load_entry_points",
+    "make_kernel",
     "runtime_core",
 ]
 
@@ -49,6 +50,15 @@ def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
 def kernel_source(kernel: wp.Kernel) -> str:
     """The Python source Warp generated ``kernel`` from (also for kernels built from explicit source)."""
     return kernel.adj.source
+
+
+def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: str) -> wp.Kernel:
+    """Build a kernel from explicit source in its own module (so the original module is not rebuilt).
+
+    ``func`` supplies the parameter annotations (``__signature__``/``__annotations__``),
+    globals and closure that the source's names resolve against.
+    """
+    return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
 
 
 def function_params(func: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
@@ -173,3 +183,32 @@ def check_internals() -> None:
     assert hasattr(wp.Kernel, "__init__")
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
+
+
+# -- inspection --
+
+
+def module_codegen(module: wp.Module, target: str, arch: int | None = None) -> str:
+    """Warp's generated C++ (``target="cpu"``) or CUDA (``target="cuda"``) source of a Warp module.
+
+    The source is the one a build of ``module`` compiles: it covers every kernel of
+    the module (each registered overload of a generic kernel) with the block dim
+    jarp loads it with (1 on the CPU, 256 on CUDA). ``arch`` is the CUDA output
+    architecture (e.g. 90); it only changes the code of tile kernels that link
+    NVIDIA's math libraries, and is ignored for the CPU.
+    """
+    runtime_core()  # Warp must be initialised before code generation
+    is_cpu = target == "cpu"
+    block_dim = _CPU_BLOCK_DIM if is_cpu else _CUDA_BLOCK_DIM
+    module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
+    options = module.resolve_options(wp.config, block_dim=block_dim) | {"output_arch": None if is_cpu else arch}
+    source, _ext, _meta, _ltoirs, _fatbins = module._run_codegen(options, is_cpu)
+    return source
+
+
+def default_cuda_arch() -> int:
+    """The CUDA arch Warp compiles for on the first CUDA device, or Warp's default PTX arch without a GPU."""
+    runtime_core()
+    if wp.is_cuda_available():
+        return int(wp.get_cuda_device().get_cuda_compile_arch())
+    return int(wp._src.context.runtime.default_ptx_arch)

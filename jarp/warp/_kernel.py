@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _call, _internals
+from . import _analysis, _call, _internals, _runtime_scalars
 from ._options import ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import VMAP_METHODS, CallConfig
 from ._signature import Signature, make_signature, normalize_dims, normalize_output_dims
@@ -92,10 +92,14 @@ class JaxKernel(eqx.Module):
         _check_vmap_method(self.vmap_method, _WHAT)
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
         if self.enable_backward and sig.num_in_out:
-            raise NotImplementedError(
-                f"{_WHAT}: in-out argument(s) {[p.name for p in sig.in_out]} cannot be differentiated yet "
-                "(enable_backward=True); make them pure outputs (they start zero-filled) or drop enable_backward."
-            )
+            stored = _analysis.plainly_stored(_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out))
+            if stored:
+                raise ValueError(
+                    f"{_WHAT}: in_out_argnames {list(stored)} are overwritten (`a[i] = ...`) by kernel "
+                    f"{self.kernel.key!r}, and Warp's adjoint cannot differentiate overwrites "
+                    "(enable_backward=True). Accumulate into them instead (`a[i] += ...`, wp.atomic_add), make them "
+                    "pure outputs, or drop enable_backward."
+                )
         if self.kernel.is_generic and self.arg_types_factory is None:
             raise TypeError(
                 f"{_WHAT}: kernel {self.kernel.key!r} is generic (has Any-typed parameters); pass "
@@ -123,7 +127,7 @@ class JaxKernel(eqx.Module):
         Returns:
             The outputs: in-out arguments first, then the pure outputs.
         """
-        options = dict(output_dims=output_dims, launch_dims=launch_dims, vmap_method=vmap_method)
+        options = {"output_dims": output_dims, "launch_dims": launch_dims, "vmap_method": vmap_method}
         out = _call.try_eager(self, args, options)
         return out if out is not None else self.trace_call(*args, **options)
 
@@ -139,6 +143,11 @@ class JaxKernel(eqx.Module):
         if self.arg_types_factory is not None:
             kernel = _overload(kernel, self.arg_types_factory, _call.warp_dtypes(args))
         sig = _signature(kernel, self.num_outputs, self.in_out_argnames)
+        runtime = _call.runtime_scalar_names(sig, args)
+        if runtime:
+            args = _call.runtime_scalar_operands(sig, args, runtime, f"{_WHAT} kernel {kernel.key!r}")
+            kernel = _runtime_scalars.variant(kernel, runtime)
+            sig = _signature(kernel, self.num_outputs, self.in_out_argnames)
         operands, statics = _call.check_args(sig, args, _WHAT + f" kernel {kernel.key!r}")
         what = f"{_WHAT} kernel {kernel.key!r}"
         dims = _call.resolve_launch_dims(
@@ -241,16 +250,16 @@ def jax_kernel(
         (y,) = jarp.warp.jax_kernel(triple)(jnp.arange(4.0))
         ```
     """
-    options = dict(
-        arg_types_factory=arg_types_factory,
-        num_outputs=num_outputs,
-        vmap_method=vmap_method,
-        launch_dims=launch_dims,
-        output_dims=output_dims,
-        in_out_argnames=in_out_argnames,
-        module_preload_mode=module_preload_mode,
-        enable_backward=enable_backward,
-    )
+    options = {
+        "arg_types_factory": arg_types_factory,
+        "num_outputs": num_outputs,
+        "vmap_method": vmap_method,
+        "launch_dims": launch_dims,
+        "output_dims": output_dims,
+        "in_out_argnames": in_out_argnames,
+        "module_preload_mode": module_preload_mode,
+        "enable_backward": enable_backward,
+    }
     if kernel is None:
         return lambda k: JaxKernel(k, **options)
     return JaxKernel(kernel, **options)

@@ -73,6 +73,7 @@ class Plan:
         batch_shape: leading batch dims added by ``vmap`` (run as one launch per slice).
         operand_batch: for each operand, which of ``batch_shape`` it carries (results carry all).
         has_side_effect: keep the call even when its results are unused.
+        scalar_operands: operands that carry a runtime scalar parameter (one element, never folded).
         graph_compatible: may be captured in a CUDA graph by XLA.
         name: a human-readable name for errors and inspection.
     """
@@ -89,6 +90,7 @@ class Plan:
     operand_batch: tuple[tuple[bool, ...], ...] = ()
     has_side_effect: bool = False
     graph_compatible: bool = True
+    scalar_operands: tuple[int, ...] = ()
     name: str = ""
 
     def __post_init__(self) -> None:

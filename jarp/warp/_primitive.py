@@ -105,7 +105,8 @@ def _batch(args: Sequence[Any], dims: Sequence[int | None], *, plan: Plan, confi
         if not mapped[i]:
             args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
             mapped[i] = True
-    if config.vmap_method in FOLD_METHODS and not plan.batch_shape and plan.kind != "callable":
+    foldable = not plan.batch_shape and plan.kind != "callable" and not any(mapped[i] for i in plan.scalar_operands)
+    if config.vmap_method in FOLD_METHODS and foldable:
         return _fold(args, mapped, size, plan, config), [0] * len(plan.results)
     new = dataclasses.replace(
         plan,
@@ -120,7 +121,10 @@ def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: Ca
         return Buffer((size * buf.shape[0], *buf.shape[1:]), buf.dtype)
 
     ops = []
-    for a, m, buf in zip(args, mapped, plan.operands, strict=True):
+    for i, (a, m, buf) in enumerate(zip(args, mapped, plan.operands, strict=True)):
+        if i in plan.scalar_operands:  # unbatched runtime scalar: shared by every folded slice
+            ops.append(a)
+            continue
         if not buf.shape:
             raise ValueError(f"vmap_method='broadcast_all' cannot fold a 0-d operand of {plan.name}")
         a = a if m else jnp.broadcast_to(a, (size, *a.shape))
@@ -128,7 +132,7 @@ def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: Ca
     new = dataclasses.replace(
         plan,
         launch_dims=(size * plan.launch_dims[0], *plan.launch_dims[1:]),
-        operands=tuple(fold(b) for b in plan.operands),
+        operands=tuple(b if i in plan.scalar_operands else fold(b) for i, b in enumerate(plan.operands)),
         results=tuple(fold(b) for b in plan.results),
         operand_batch=tuple(() for _ in plan.operands),
     )
