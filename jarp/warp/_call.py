@@ -300,7 +300,7 @@ def adjoint_plan(plan: Plan) -> Plan:
     cotangents = tuple(Buffer(r.shape, r.dtype) for r in plan.results)
     return dataclasses.replace(
         plan,
-        kind="adjoint",
+        kind="adjoint" if plan.kind == "kernel" else "callable_adjoint",
         params=tuple(params),
         operands=plan.operands + cotangents,
         results=plan.operands + plan.results + cotangents,

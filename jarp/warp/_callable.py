@@ -69,6 +69,7 @@ class JaxCallable(eqx.Module):
         static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
     )
     has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
+    enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
 
     def __check_init__(self) -> None:
         if not callable(self.func):
@@ -140,7 +141,7 @@ class JaxCallable(eqx.Module):
             graph_compatible=self.graph_mode == wp.JaxCallableGraphMode.JAX,
             name=f"jax_callable({_call.callable_name(func)})",
         )
-        return _call.launch(plan, config, operands, False)
+        return _call.launch(plan, config, operands, self.enable_backward)
 
 
 @overload
@@ -165,6 +166,7 @@ def jax_callable(
     graph_cache_max: int | None = None,
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     has_side_effect: bool = False,
+    enable_backward: bool = False,
 ) -> JaxCallable | Callable[[Callable[..., Any]], JaxCallable]:
     """Wrap a Warp-launching Python function as a `JaxCallable` module callable from JAX.
 
@@ -190,6 +192,10 @@ def jax_callable(
         module_preload_mode: accepted for compatibility; kernels the function
             launches load on first use.
         has_side_effect: keep the call even when its outputs are unused.
+        enable_backward: make the module differentiable in reverse mode: the backward
+            pass runs ``func`` again under a ``wp.Tape`` (each array's ``.grad`` wrapping
+            jarp's cotangent buffers) and plays the tape back. Intermediate arrays that
+            ``func`` allocates need ``requires_grad=True``.
 
     Returns:
         A `JaxCallable`, or a decorator producing one when ``func`` is omitted.
@@ -214,6 +220,7 @@ def jax_callable(
         "graph_cache_max": graph_cache_max,
         "module_preload_mode": module_preload_mode,
         "has_side_effect": has_side_effect,
+        "enable_backward": enable_backward,
     }
     if func is None:
         return lambda f: JaxCallable(f, **options)

@@ -91,7 +91,7 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
         if executor is None:
             plan = registry.plan(key[0])
             device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
-            if plan.kind == "callable":
+            if plan.kind in ("callable", "callable_adjoint"):
                 executor = _CallableExecutor(plan, device)
             elif device.is_cpu:
                 executor = _CpuKernelExecutor(plan, device)
@@ -249,11 +249,17 @@ class _CudaKernelExecutor(_KernelExecutor):
 
 
 class _CallableExecutor(_Executor):
-    """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers."""
+    """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers.
+
+    For ``"callable_adjoint"`` plans the function runs under a ``wp.Tape`` with each
+    array's ``.grad`` wrapping its adjoint buffer, and the tape is then played back,
+    so the launches it recorded accumulate the input cotangents.
+    """
 
     def __init__(self, plan: Plan, device: Any) -> None:
         self.plan = plan
         self.device = device
+        self.adjoint = plan.kind == "callable_adjoint"
         self.nslices = math.prod(plan.batch_shape)
         res_nbytes = tuple(b.nbytes for b in plan.results)
         self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
@@ -261,6 +267,17 @@ class _CallableExecutor(_Executor):
         self.res_offsets = _batch_offsets(
             plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)
         )
+
+    def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
+        plan = self.plan
+        if binding.source == "operand":
+            buf, base = plan.operands[binding.index], ops[binding.index] + self.op_offsets[binding.index][s]
+        else:
+            buf, base = plan.results[binding.index], res[binding.index] + self.res_offsets[binding.index][s]
+        shape = buf.shape[: spec.warp_ndim]
+        if grad is None:
+            return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
+        return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
 
     def run(self, frame: int) -> None:
         plan = self.plan
@@ -282,17 +299,24 @@ class _CallableExecutor(_Executor):
                 if b.source == "static":
                     args.append(b.value)
                     continue
-                buf = plan.operands[b.index] if b.source == "operand" else plan.results[b.index]
-                base = ops[b.index] + self.op_offsets[b.index][s] if b.source == "operand" else res[b.index]
-                if b.source == "result":
-                    base += self.res_offsets[b.index][s]
-                shape = buf.shape[: param.spec.warp_ndim]
-                args.append(wp.array(ptr=base, dtype=param.spec.dtype, shape=shape, device=self.device))
+                grad = None
+                if self.adjoint:
+                    grad = self._array(param.spec, param.adjoint, ops, res, s)
+                args.append(self._array(param.spec, b, ops, res, s, grad))
             if stream is None:
-                func(*args)
+                self._call(func, args)
             else:
                 with wp.ScopedStream(stream, sync_enter=False):
-                    func(*args)
+                    self._call(func, args)
+
+    def _call(self, func: Callable[..., Any], args: list[Any]) -> None:
+        if not self.adjoint:
+            func(*args)
+            return
+        tape = wp.Tape()
+        with tape:
+            func(*args)
+        tape.backward()
 
 
 def executor_count() -> int:

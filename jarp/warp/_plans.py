@@ -20,7 +20,7 @@ import numpy as np
 
 from ._signature import ArgSpec
 
-Kind = Literal["kernel", "adjoint", "callable"]
+Kind = Literal["kernel", "adjoint", "callable", "callable_adjoint"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _jax_core
+from jax._src import effects as _jax_effects
+from jax._src import mesh as _jax_mesh
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -43,7 +46,22 @@ def bind(plan: Plan, config: CallConfig, operands: Sequence[Any]) -> tuple[jax.A
     return tuple(warp_call_p.bind(*operands, plan=plan, config=config))
 
 
-def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> list[jax.core.ShapedArray]:
+class WarpSideEffect(_jax_effects.Effect):
+    """Marks a call declared ``has_side_effect=True``: JAX and XLA keep it even when its outputs are unused."""
+
+    def __str__(self) -> str:
+        return "WarpSideEffect"
+
+
+_SIDE_EFFECT = WarpSideEffect()
+# JAX has no public API to declare a primitive's effects; this mirrors what jax.ffi.ffi_call does.
+_jax_effects.lowerable_effects.add_type(WarpSideEffect)
+_jax_effects.control_flow_allowed_effects.add_type(WarpSideEffect)
+_jax_effects.custom_derivatives_allowed_effects.add_type(WarpSideEffect)
+_jax_effects.remat_allowed_effects.add_type(WarpSideEffect)
+
+
+def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> Any:
     del config
     for i, (op, expect) in enumerate(zip(operands, range(len(plan.operands)), strict=True)):
         shape = plan.operand_shape(expect)
@@ -52,10 +70,24 @@ def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> list[jax.c
                 f"jarp internal error: operand {i} of {plan.name} is {op.dtype}{list(op.shape)}, "
                 f"plan expects {plan.operands[i].dtype}{list(shape)}"
             )
-    return [jax.core.ShapedArray(plan.result_shape(j), r.dtype) for j, r in enumerate(plan.results)]
+    avals = [_result_aval(plan.result_shape(j), r.dtype, operands) for j, r in enumerate(plan.results)]
+    return avals, ({_SIDE_EFFECT} if plan.has_side_effect else frozenset())
 
 
-warp_call_p.def_abstract_eval(_abstract_eval)
+def _result_aval(shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any]) -> jax.core.ShapedArray:
+    # Inside shard_map, a result varies over the manual mesh axes its operands vary over. Without
+    # this JAX would take the result as invariant, insert an implicit cast, and transpose that
+    # cast into a psum: gradients would come out multiplied by the number of devices. (A union, not
+    # JAX's all-equal rule, because a symbolic-zero cotangent enters the adjoint as an invariant zero.)
+    vma = frozenset().union(*(getattr(getattr(a, "mat", None), "varying", frozenset()) for a in operands))
+    if not vma:
+        return jax.core.ShapedArray(shape, dtype)
+    mat = _jax_core.ManualAxisType(varying=vma, unreduced=frozenset(), reduced=frozenset())
+    sharding = jax.sharding.NamedSharding(_jax_mesh.get_abstract_mesh(), jax.sharding.PartitionSpec())
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
+
+
+warp_call_p.def_effectful_abstract_eval(_abstract_eval)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,7 +137,11 @@ def _batch(args: Sequence[Any], dims: Sequence[int | None], *, plan: Plan, confi
         if not mapped[i]:
             args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
             mapped[i] = True
-    foldable = not plan.batch_shape and plan.kind != "callable" and not any(mapped[i] for i in plan.scalar_operands)
+    foldable = (
+        not plan.batch_shape
+        and not plan.kind.startswith("callable")
+        and not any(mapped[i] for i in plan.scalar_operands)
+    )
     if config.vmap_method in FOLD_METHODS and foldable:
         return _fold(args, mapped, size, plan, config), [0] * len(plan.results)
     new = dataclasses.replace(

@@ -100,24 +100,59 @@ _MULTI_DEVICE = textwrap.dedent(
     from tests.warp import kernels as k
 
     m = jax_kernel(k.triple_kernel)
-    assert jax.device_count() == 2
-    x = jnp.arange(16, dtype=jnp.float32).reshape(2, 8)
-    out = jax.pmap(lambda x: m(x)[0])(x)
-    np.testing.assert_array_equal(out, 3 * np.asarray(x))
-    mesh = jax.make_mesh((2,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
-    xs = jax.device_put(jnp.arange(16, dtype=jnp.float32), NamedSharding(mesh, P("d")))
+    g = jax_kernel(k.scale_sum_square, enable_backward=True)
+    assert jax.device_count() == 4
+    x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8)
+    np.testing.assert_array_equal(jax.pmap(lambda x: m(x)[0])(x), 3 * np.asarray(x))
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
+    xs = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("d")))
     f = jax.jit(jax.shard_map(lambda x: m(x)[0], mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-    np.testing.assert_array_equal(f(xs), 3 * np.arange(16))
+    np.testing.assert_array_equal(f(xs), 3 * np.arange(32))
+
+    def loss(a):
+        per_shard = jax.shard_map(lambda a: g(a, a, 2.0)[0], mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+        return jnp.sum(per_shard(a))
+
+    # d/da sum((2a + a)^2) = 18 a
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(xs), 18 * np.arange(32), rtol=1e-6)
+    # plain jit with sharded inputs (no shard_map): XLA runs the call on the gathered operand
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda a: jnp.sum(g(a, a, 2.0)[0])))(xs), 18 * np.arange(32), rtol=1e-6)
     print("multi-device ok")
     """
 )
 
 
-def test_pmap_and_shard_map_on_two_cpu_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
         [sys.executable, "-c", _MULTI_DEVICE], env=env, cwd=root, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "multi-device ok" in proc.stdout
+
+
+_LOG: list[int] = []
+
+
+def _logging_copy(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    _LOG.append(a.shape[0])
+    wp.launch(k.triple_kernel, dim=a.shape, inputs=[a], outputs=[out], device=a.device)
+
+
+def test_side_effect_survives_dead_code_elimination():
+    kept = jax_callable(_logging_copy, has_side_effect=True)
+    dropped = jax_callable(_logging_copy)
+    x = jnp.ones(3, jnp.float32)
+    _LOG.clear()
+    jax.block_until_ready(jax.jit(lambda x: (kept(x), x + 1)[1])(x))
+    assert _LOG == [3]
+    jax.block_until_ready(jax.jit(lambda x: (dropped(x), x + 1)[1])(x))
+    assert _LOG == [3]  # unused and pure: removed
+
+    def body(c, x):
+        kept(x)
+        return c + 1, None
+
+    jax.block_until_ready(jax.lax.scan(body, 0, jnp.ones((4, 3), jnp.float32)))
+    assert _LOG == [3] * 5
