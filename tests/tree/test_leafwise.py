@@ -165,7 +165,7 @@ def test_where_broadcast_last_gradients() -> None:
     np.testing.assert_array_equal(g_old[:, 0], [0.0, 4.0, 0.0])
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     batch=st.lists(st.integers(1, 3), max_size=2),
     trailing=st.lists(st.lists(st.integers(1, 3), max_size=2), min_size=1, max_size=3),
@@ -251,4 +251,4 @@ def test_second_order_gradients_x64() -> None:
     new = jnp.linspace(0.1, 0.6, 6).reshape(3, 2)
     old = jnp.linspace(1.0, 2.0, 6).reshape(3, 2)
     assert new.dtype == jnp.float64
-    check_grads(f, (new, old), order=2, modes=["fwd", "rev"])
+    check_grads(f, (new, old), order=2, modes=["rev"])
