@@ -126,3 +126,35 @@ def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
                     if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in names:
                         stored.add(sub.value.id)
     return tuple(n for n in names if n in stored)
+
+
+_WRITING_CALLS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_cas", "atomic_exch", "array_store")
+
+
+@functools.lru_cache(maxsize=1024)
+def written_arrays(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` the kernel body writes: ``a[i] = ...``, ``a[i] += ...`` or ``wp.atomic_*(a, ...)``.
+
+    Writes through a ``@wp.func`` that receives the array are not seen.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return ()
+    written = set()
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _WRITING_CALLS and isinstance(node.args[0], ast.Name):
+                written.add(node.args[0].id)
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
+                    written.add(sub.value.id)
+    return tuple(n for n in names if n in written)

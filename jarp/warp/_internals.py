@@ -26,12 +26,14 @@ __all__ = [
     "EntryPoints",
     "cuda_launch",
     "cuda_memset",
+    "default_cuda_arch",
     "function_params",
     "kernel_params",
     "kernel_source",
     "launch_bounds",
     "load_entry_points",
     "make_kernel",
+    "module_codegen",
     "runtime_core",
 ]
 

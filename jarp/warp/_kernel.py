@@ -91,6 +91,14 @@ class JaxKernel(eqx.Module):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         _check_vmap_method(self.vmap_method, _WHAT)
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
+        pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
+        written = _analysis.written_arrays(_internals.kernel_source(self.kernel), pure_inputs)
+        if written:
+            raise ValueError(
+                f"{_WHAT}: kernel {self.kernel.key!r} writes to input(s) {list(written)}, which XLA owns and may "
+                "share with the caller; declare them in in_out_argnames=... (they are then returned), or raise "
+                "num_outputs if they are outputs."
+            )
         if self.enable_backward and sig.num_in_out:
             stored = _analysis.plainly_stored(_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out))
             if stored:

@@ -36,3 +36,24 @@ def test_entry_points_load_on_cpu():
     assert entry.forward != 0
     assert entry.backward != 0  # modules are built with backward by default
     assert entry.block_dim == 1
+
+
+# -- inspection --
+
+
+def test_module_codegen_generates_cpu_and_cuda_source():
+    import re
+
+    module = k.triple_kernel.module
+    cpu = _internals.module_codegen(module, "cpu")
+    cuda = _internals.module_codegen(module, "cuda", 90)
+    assert re.search(r"triple_kernel_[0-9a-f]{8}_cpu_kernel_forward\(", cpu)
+    assert re.search(r"__global__ void triple_kernel_[0-9a-f]{8}_cuda_kernel_forward\(", cuda)
+    assert "__global__" not in cpu
+    assert _internals.module_codegen(module, "cpu") == cpu  # deterministic, no state left behind
+
+
+def test_default_cuda_arch_is_one_warp_can_compile_for():
+    arch = _internals.default_cuda_arch()
+    assert isinstance(arch, int)
+    assert arch in wp.get_cuda_supported_archs()

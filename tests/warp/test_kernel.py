@@ -140,7 +140,10 @@ def test_equal_options_give_equal_modules(name):
 
 UNEQUAL_PAIRS = {
     "kernel": (lambda: jax_kernel(k.triple_kernel), lambda: jax_kernel(k.reverse_kernel)),
-    "num_outputs": (lambda: jax_kernel(k.sincos_kernel), lambda: jax_kernel(k.sincos_kernel, num_outputs=2)),
+    "num_outputs": (
+        lambda: jax_kernel(k.rowsum_count_kernel, num_outputs=2),
+        lambda: jax_kernel(k.rowsum_count_kernel, num_outputs=3),
+    ),
     "enable_backward": (
         lambda: jax_kernel(k.scale_sum_square),
         lambda: jax_kernel(k.scale_sum_square, enable_backward=True),

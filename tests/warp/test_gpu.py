@@ -1,0 +1,368 @@
+"""GPU readiness, checked as far as a machine without a GPU allows, plus real GPU tests for a GPU machine.
+
+* Every Warp kernel the suite uses (``kernels.py``, ``kernels64.py`` with every registered overload of its generic
+  kernels, and the struct kernels of ``test_struct.py``) compiles for sm_80 and sm_90 through Warp's ahead-of-time
+  compiler (NVRTC, no driver needed), forward and backward entry points alike.
+* Representative jitted functions (forward, grad, both vmap methods, in-out arguments, ``jax_callable``) lower for
+  CUDA to jarp's custom call with the plan handle as its only attribute and the expected buffer aliases, and the
+  handle resolves to the expected plan.
+* Tests marked ``gpu`` run on a CUDA device; without one they skip (or fail, with ``JARP_REQUIRE_GPU=1``):
+  ``JARP_REQUIRE_GPU=1 pytest -m gpu`` on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._inspect import compile_aot, kernel_source, list_plans
+from jarp.warp._plans import registry
+from tests.warp import kernels as k
+from tests.warp import kernels64 as k64
+from tests.warp import test_struct
+
+ARCHS = (80, 90)
+REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
+
+
+# ======================================================================================================================
+# Ahead-of-time compilation for sm_80 and sm_90
+# ======================================================================================================================
+
+KERNEL_MODULES = {"kernels": k, "kernels64": k64, "test_struct": test_struct}
+
+
+def _module_kernels(module: types.ModuleType) -> dict[str, wp.Kernel]:
+    """The Warp kernels a Python module defines, by attribute name."""
+    return {name: v for name, v in vars(module).items() if isinstance(v, wp.Kernel)}
+
+
+def _entry_symbols(binary: bytes, direction: str) -> list[str]:
+    return sorted({s.decode() for s in re.findall(rb"(\w+)_cuda_kernel_" + direction.encode() + rb"\b", binary)})
+
+
+@pytest.fixture(scope="module")
+def aot_build(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, dict[int, Path]]]:
+    """Compile a test module's Warp module for ARCHS into a fresh directory, once per module: (dir, paths)."""
+    builds: dict[str, tuple[Path, dict[int, Path]]] = {}
+
+    def build(name: str) -> tuple[Path, dict[int, Path]]:
+        if name not in builds:
+            out = tmp_path_factory.mktemp(f"aot_{name}")
+            builds[name] = (out, compile_aot(KERNEL_MODULES[name], arch=ARCHS, module_dir=out))
+        return builds[name]
+
+    return build
+
+
+@pytest.mark.parametrize("name", list(KERNEL_MODULES))
+def test_every_test_kernel_compiles_for_sm80_and_sm90(
+    name: str, aot_build: Callable[[str], tuple[Path, dict[int, Path]]]
+) -> None:
+    module = KERNEL_MODULES[name]
+    kernels = _module_kernels(module)
+    assert kernels, f"{module.__name__} defines no Warp kernels"
+    warp_modules = {kernel.module.name for kernel in kernels.values()}
+    assert warp_modules == {module.__name__}, f"kernels of {module.__name__} span Warp modules {warp_modules}"
+    expected = {}
+    for attr, kernel in kernels.items():
+        if kernel.is_generic:
+            assert kernel.overloads, f"generic kernel {attr} has no registered overload, so nothing of it compiles"
+        expected[kernel.key] = len(kernel.overloads) if kernel.is_generic else 1
+
+    out, paths = aot_build(name)
+
+    assert list(paths) == list(ARCHS)
+    warp_module = next(iter(kernels.values())).module
+    backward = bool(warp_module.options["enable_backward"])
+    for arch, path in paths.items():
+        assert path.parent == out
+        assert path.name.endswith(f".sm{arch}.cubin"), path
+        binary = path.read_bytes()
+        assert binary[:4] == b"\x7fELF", f"{path} is not a CUBIN (ELF) file"
+        for direction in ("forward", "backward") if backward else ("forward",):
+            symbols = _entry_symbols(binary, direction)
+            for key, count in expected.items():
+                found = [s for s in symbols if re.fullmatch(re.escape(key) + r"_[0-9a-f]{8}", s)]
+                assert len(found) == count, f"sm_{arch} {direction}: {key} has entry points {found}, expected {count}"
+    # The .cu Warp compiled is exactly what kernel_source() shows.
+    (cu,) = out.glob("*.cu")
+    assert cu.read_text() == kernel_source(module, "cuda", arch=ARCHS[-1])
+
+
+def test_compile_aot_reuses_a_build_and_returns_one_path_per_arch(
+    aot_build: Callable[[str], tuple[Path, dict[int, Path]]],
+) -> None:
+    out, paths = aot_build("kernels64")
+    stamp = paths[90].stat().st_mtime_ns
+    again = compile_aot(jax_kernel(k64.triple64_kernel), arch=[90, 90], module_dir=out)
+    assert again == {90: paths[90]}
+    assert again[90].stat().st_mtime_ns == stamp  # Warp found the binary for the module's hash and did not rebuild
+    assert compile_aot(k64.generic_add_kernel.module, arch=(90, 80), module_dir=out) == {90: paths[90], 80: paths[80]}
+
+
+# ======================================================================================================================
+# Lowering for CUDA without a GPU
+# ======================================================================================================================
+
+_CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @(\w+)\((.*?)\) \{(.*)\} : ")
+_ALIAS = re.compile(r"output_tuple_indices = \[([\d, ]*)\], operand_index = (\d+)")
+
+
+def _custom_calls(text: str) -> list[dict[str, Any]]:
+    calls = []
+    for match in _CUSTOM_CALL.finditer(text):
+        target, attrs = match.group(1), match.group(3)
+        plan = re.search(r"plan = (\d+) : i64", attrs)
+        aliases = [
+            (tuple(int(i) for i in outs.replace(" ", "").split(",") if i), int(operand))
+            for outs, operand in _ALIAS.findall(attrs)
+        ]
+        calls.append(
+            {
+                "target": target,
+                "plan": None if plan is None else int(plan.group(1)),
+                "aliases": aliases,
+                "side_effect": "has_side_effect = true" in attrs,
+            }
+        )
+    return calls
+
+
+def _lower_for_cuda(f: Callable[..., Any], *args: Any) -> Any:
+    return jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))
+
+
+def _x(n: int = 5) -> jax.Array:
+    return jnp.linspace(0.5, 2.0, n, dtype=jnp.float32)
+
+
+_triple = jax_kernel(k.triple_kernel)
+_scale_sum_square = jax_kernel(k.scale_sum_square, enable_backward=True)
+_add_broadcast = jax_kernel(k.add_kernel, vmap_method="broadcast_all")
+_rowsum_count = jax_kernel(k.rowsum_count_kernel, num_outputs=2, in_out_argnames=["sums"], output_dims={"counts": 2})
+_scale_func = jax_callable(k.scale_func)
+_rowsum_func = jax_callable(k.rowsum_func, in_out_argnames=["sums"])
+_scale_func_no_graph = jax_callable(k.scale_func, graph_mode=wp.JaxCallableGraphMode.NONE, has_side_effect=True)
+
+
+def _value_and_grad_of_scale_sum_square(a: jax.Array, b: jax.Array) -> Any:
+    # value_and_grad keeps the forward launch (plain grad of a sum needs only the adjoint launch)
+    return jax.value_and_grad(lambda a, b: jnp.sum(_scale_sum_square(a, b, 2.0)[0]), argnums=(0, 1))(a, b)
+
+
+# name -> (function, args, expected calls: (FFI target, plan kind, launched object, aliases as written in the IR))
+LOWERING_CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...], list[tuple[str, str, Any, list[Any]]]]] = {
+    "forward": (lambda x: _triple(x)[0], (_x(),), [("jarp_warp_call", "kernel", k.triple_kernel, [])]),
+    "grad": (
+        _value_and_grad_of_scale_sum_square,
+        (_x(), _x()),
+        [
+            ("jarp_warp_call", "kernel", k.scale_sum_square, []),
+            # adjoint: operands (a, b, cotangent), results (a_bar, b_bar, out stand-in, cotangent copy)
+            ("jarp_warp_call", "adjoint", k.scale_sum_square, [((3,), 2)]),
+        ],
+    ),
+    "vmap-default": (
+        jax.vmap(lambda x: _triple(x)[0]),
+        (jnp.ones((3, 5), jnp.float32),),
+        [("jarp_warp_call", "kernel", k.triple_kernel, [])],
+    ),
+    "vmap-broadcast-all": (
+        jax.vmap(lambda a, b: _add_broadcast(a, b)[0], in_axes=(0, None)),
+        (jnp.ones((3, 5), jnp.float32), _x()),
+        [("jarp_warp_call", "kernel", k.add_kernel, [])],
+    ),
+    "in-out-kernel": (
+        lambda m, s: _rowsum_count(m, s),
+        (jnp.ones((2, 3), jnp.float32), jnp.ones(2, jnp.float32)),
+        [("jarp_warp_call", "kernel", k.rowsum_count_kernel, [((0,), 1)])],
+    ),
+    "jax-callable": (
+        lambda x: _scale_func(x, 3.0)[0],
+        (_x(),),
+        [("jarp_warp_call", "callable", k.scale_func, [])],
+    ),
+    "jax-callable-in-out": (
+        lambda m, s: _rowsum_func(m, s)[0],
+        (jnp.ones((2, 3), jnp.float32), jnp.ones(2, jnp.float32)),
+        [("jarp_warp_call", "callable", k.rowsum_func, [((), 1)])],  # a single result is not a tuple
+    ),
+    "jax-callable-no-graph": (
+        lambda x: _scale_func_no_graph(x, 3.0)[0],
+        (_x(),),
+        [("jarp_warp_call_no_graph", "callable", k.scale_func, [])],
+    ),
+}
+
+
+def _same_target(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, wp.Kernel):
+        return isinstance(actual, wp.Kernel) and actual.key == expected.key and actual.module is expected.module
+    return actual is expected
+
+
+def _check_lowering(
+    f: Callable[..., Any], args: tuple[Any, ...], expected: list[tuple[str, str, Any, list[Any]]]
+) -> None:
+    lowered = _lower_for_cuda(f, *args)
+    calls = _custom_calls(lowered.as_text())
+    assert len(calls) == len(expected), calls
+    hlo = lowered.as_text(dialect="hlo")
+    assert hlo.count("API_VERSION_TYPED_FFI") == len(expected), "jarp's calls must use the typed XLA FFI"
+    for call, (target, kind, launched, aliases) in zip(calls, expected, strict=True):
+        assert call["target"] == target
+        assert call["plan"] is not None, f"custom call without a plan handle: {call}"
+        assert call["aliases"] == aliases
+        plan = registry.plan(call["plan"])
+        assert plan.kind == kind
+        assert _same_target(plan.target, launched), (plan.target, launched)
+        assert call["side_effect"] == plan.has_side_effect
+        assert (target == "jarp_warp_call") == plan.graph_compatible
+        # the IR's aliases are the plan's (operand, result) pairs; a single result is not a tuple
+        single = len(plan.results) == 1
+        assert [(() if single else (r,), o) for o, r in plan.aliases] == call["aliases"]
+        info = list_plans()[call["plan"]]
+        assert info.handle == call["plan"]
+        assert info.kind == kind
+
+
+@pytest.mark.parametrize("name", list(LOWERING_CASES))
+def test_jitted_function_lowers_for_cuda_to_jarp_custom_call(name: str) -> None:
+    f, args, expected = LOWERING_CASES[name]
+    _check_lowering(f, args, expected)
+
+
+def test_lowering_for_cuda_bakes_the_plan_layout() -> None:
+    # vmap default keeps the batch in the plan; broadcast_all folds it into the launch dims.
+    (seq,) = _custom_calls(_lower_for_cuda(jax.vmap(lambda x: _triple(x)[0]), jnp.ones((3, 5), jnp.float32)).as_text())
+    plan = registry.plan(seq["plan"])
+    assert (plan.batch_shape, plan.launch_dims) == ((3,), (5,))
+    (fold,) = _custom_calls(
+        _lower_for_cuda(
+            jax.vmap(lambda a, b: _add_broadcast(a, b)[0], in_axes=(0, None)), jnp.ones((3, 5), jnp.float32), _x()
+        ).as_text()
+    )
+    plan = registry.plan(fold["plan"])
+    assert (plan.batch_shape, plan.launch_dims) == ((), (15,))
+
+
+def test_lowering_for_cuda_and_cpu_share_one_plan() -> None:
+    f = jax.jit(lambda x: _triple(x)[0])
+    (cuda,) = _custom_calls(f.trace(_x(7)).lower(lowering_platforms=("cuda",)).as_text())
+    (cpu,) = _custom_calls(f.trace(_x(7)).lower().as_text())
+    assert cuda["plan"] == cpu["plan"]
+
+
+def test_runtime_scalar_variant_lowers_and_compiles_for_cuda(tmp_path: Path) -> None:
+    # A traced scalar argument makes jarp launch a variant of the kernel, in a Warp module of its own.
+    scale = jax_kernel(k.scale_kernel)
+    (call,) = _custom_calls(_lower_for_cuda(lambda a, s: scale(a, s)[0], _x(), jnp.float32(3.0)).as_text())
+    plan = registry.plan(call["plan"])
+    assert plan.scalar_operands == (1,)
+    variant = plan.target
+    assert isinstance(variant, wp.Kernel)
+    assert variant.module is not k.scale_kernel.module
+    paths = compile_aot(variant, arch=ARCHS, module_dir=tmp_path)
+    for arch, path in paths.items():
+        symbols = _entry_symbols(path.read_bytes(), "forward")
+        assert [s for s in symbols if re.fullmatch(re.escape(variant.key) + r"_[0-9a-f]{8}", s)], (arch, symbols)
+
+
+@pytest.mark.x64
+def test_float64_function_lowers_for_cuda() -> None:
+    m = jax_kernel(k64.sin_mul64, enable_backward=True)
+    a = jnp.linspace(0.0, 1.0, 4, dtype=jnp.float64)
+    f = jax.value_and_grad(lambda a, b: jnp.sum(m(a, b)[0]))
+    _check_lowering(
+        f,
+        (a, a),
+        [
+            ("jarp_warp_call", "kernel", k64.sin_mul64, []),
+            ("jarp_warp_call", "adjoint", k64.sin_mul64, [((3,), 2)]),
+        ],
+    )
+    assert "tensor<4xf64>" in _lower_for_cuda(f, a, a).as_text()
+
+
+# ======================================================================================================================
+# Real GPU runs (marked `gpu`; skipped without a CUDA device unless JARP_REQUIRE_GPU=1)
+# ======================================================================================================================
+
+
+def _cuda_available() -> bool:
+    if not wp.is_cuda_available():
+        return False
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:
+        return False
+
+
+requires_gpu = pytest.mark.skipif(
+    not REQUIRE_GPU and not _cuda_available(),
+    reason="needs a CUDA GPU visible to both Warp and JAX (jax[cuda]); run `JARP_REQUIRE_GPU=1 pytest -m gpu` there",
+)
+
+
+@pytest.fixture
+def cuda_device() -> Any:
+    if not _cuda_available():
+        pytest.fail("JARP_REQUIRE_GPU is set, but Warp or JAX sees no CUDA device (is jax[cuda] installed?)")
+    return jax.devices("cuda")[0]
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_forward_and_jit_match_numpy(cuda_device: Any) -> None:
+    x = jax.device_put(np.arange(1000, dtype=np.float32), cuda_device)
+    (eager,) = _triple(x)
+    jitted = jax.jit(lambda x: _triple(x)[0])(x)
+    for y in (eager, jitted):
+        assert y.devices() == {cuda_device}
+        np.testing.assert_allclose(np.asarray(y), 3.0 * np.arange(1000, dtype=np.float32))
+    infos = [i for i in list_plans() if i.kernel == "triple_kernel" and i.launch_dims == (1000,)]
+    assert any(f"cuda:{cuda_device.id}" in i.devices for i in infos), infos
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_grad_matches_closed_form(cuda_device: Any) -> None:
+    a = jax.device_put(np.linspace(0.5, 2.0, 64, dtype=np.float32), cuda_device)
+    b = jax.device_put(np.linspace(-1.0, 1.0, 64, dtype=np.float32), cuda_device)
+    value, (ga, gb) = jax.jit(_value_and_grad_of_scale_sum_square)(a, b)
+    inner = 2.0 * np.asarray(a) + np.asarray(b)
+    np.testing.assert_allclose(float(value), np.sum(inner**2), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ga), 2.0 * inner * 2.0, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(gb), 2.0 * inner, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_vmap_default_and_broadcast_all(cuda_device: Any) -> None:
+    rng = np.random.default_rng(0)
+    xs = rng.random((4, 33), dtype=np.float32)
+    b = rng.random(33, dtype=np.float32)
+    seq = jax.jit(jax.vmap(lambda x: _triple(x)[0]))(jax.device_put(xs, cuda_device))
+    fold = jax.jit(jax.vmap(lambda a, b: _add_broadcast(a, b)[0], in_axes=(0, None)))(
+        jax.device_put(xs, cuda_device), jax.device_put(b, cuda_device)
+    )
+    np.testing.assert_allclose(np.asarray(seq), 3.0 * xs, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(fold), xs + b, rtol=1e-6)
+    # a kernel that is not elementwise: each slice gathers from its own table (default vmap)
+    gather = jax_kernel(k.gather_kernel)
+    tables = rng.random((4, 10), dtype=np.float32)
+    idx = np.array([9, 0, 3, 3, 7], np.int32)
+    out = jax.jit(jax.vmap(lambda t: gather(jnp.asarray(idx), t)[0]))(jax.device_put(tables, cuda_device))
+    np.testing.assert_allclose(np.asarray(out), tables[:, idx])
