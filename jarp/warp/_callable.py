@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, overload
@@ -10,7 +11,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _call, _internals
+from . import _call, _internals, _rules
 from ._options import GraphMode, ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import CallConfig
 from ._signature import Signature, make_signature, normalize_output_dims
@@ -70,6 +71,8 @@ class JaxCallable(eqx.Module):
     )
     has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
     enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+    jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
         if not callable(self.func):
@@ -116,6 +119,10 @@ class JaxCallable(eqx.Module):
 
     def trace_call(self, *args: Any, output_dims: Any = None, vmap_method: str | None = None) -> tuple[jax.Array, ...]:
         """Bind the function's call into the current JAX trace (what `__call__` does under `jit`)."""
+        if self.jvp is not None or self.vjp is not None:
+            bare = dataclasses.replace(self, jvp=None, vjp=None)
+            primal = functools.partial(bare.trace_call, output_dims=output_dims, vmap_method=vmap_method)
+            return _rules.call_with_rules(primal, args, self.jvp, self.vjp, f"{_WHAT} {_call.callable_name(self.func)}")
         func = self.func
         if self.generic:
             func = _specialise(func, _call.warp_dtypes(args))
@@ -167,6 +174,8 @@ def jax_callable(
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     has_side_effect: bool = False,
     enable_backward: bool = False,
+    jvp: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
 ) -> JaxCallable | Callable[[Callable[..., Any]], JaxCallable]:
     """Wrap a Warp-launching Python function as a `JaxCallable` module callable from JAX.
 
@@ -196,6 +205,8 @@ def jax_callable(
             pass runs ``func`` again under a ``wp.Tape`` (each array's ``.grad`` wrapping
             jarp's cotangent buffers) and plays the tape back. Intermediate arrays that
             ``func`` allocates need ``requires_grad=True``.
+        jvp: forward-mode rule, as for `jarp.warp.jax_kernel`.
+        vjp: reverse-mode rule, as for `jarp.warp.jax_kernel`.
 
     Returns:
         A `JaxCallable`, or a decorator producing one when ``func`` is omitted.
@@ -221,6 +232,8 @@ def jax_callable(
         "module_preload_mode": module_preload_mode,
         "has_side_effect": has_side_effect,
         "enable_backward": enable_backward,
+        "jvp": jvp,
+        "vjp": vjp,
     }
     if func is None:
         return lambda f: JaxCallable(f, **options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from typing import Any, overload
@@ -10,7 +11,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _analysis, _call, _internals, _runtime_scalars
+from . import _analysis, _call, _internals, _rules, _runtime_scalars
 from ._options import ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import VMAP_METHODS, CallConfig
 from ._signature import Signature, make_signature, normalize_dims, normalize_output_dims
@@ -81,6 +82,8 @@ class JaxKernel(eqx.Module):
         static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
     )
     enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+    jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
         if not isinstance(self.kernel, wp.Kernel):
@@ -90,6 +93,10 @@ class JaxKernel(eqx.Module):
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         _check_vmap_method(self.vmap_method, _WHAT)
+        for name in ("jvp", "vjp"):
+            rule = getattr(self, name)
+            if rule is not None and not callable(rule):
+                raise TypeError(f"{_WHAT}: {name} must be a jarp module or a function, got {type(rule).__name__}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
         pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
         written = _analysis.written_arrays(_internals.kernel_source(self.kernel), pure_inputs)
@@ -147,6 +154,12 @@ class JaxKernel(eqx.Module):
         vmap_method: str | None = None,
     ) -> tuple[jax.Array, ...]:
         """Bind the kernel's launch into the current JAX trace (what `__call__` does under `jit`)."""
+        if self.jvp is not None or self.vjp is not None:
+            bare = dataclasses.replace(self, jvp=None, vjp=None)
+            primal = functools.partial(
+                bare.trace_call, output_dims=output_dims, launch_dims=launch_dims, vmap_method=vmap_method
+            )
+            return _rules.call_with_rules(primal, args, self.jvp, self.vjp, f"{_WHAT} kernel {self.kernel.key!r}")
         kernel = self.kernel
         if self.arg_types_factory is not None:
             kernel = _overload(kernel, self.arg_types_factory, _call.warp_dtypes(args))
@@ -194,6 +207,8 @@ def jax_kernel(
     in_out_argnames: Iterable[str] = (),
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     enable_backward: bool = False,
+    jvp: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
 ) -> Callable[[Any], JaxKernel]: ...
 @overload
 def jax_kernel(
@@ -207,6 +222,8 @@ def jax_kernel(
     in_out_argnames: Iterable[str] = (),
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     enable_backward: bool = False,
+    jvp: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
 ) -> JaxKernel: ...
 def jax_kernel(
     kernel: Any = None,
@@ -219,6 +236,8 @@ def jax_kernel(
     in_out_argnames: Iterable[str] = (),
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     enable_backward: bool = False,
+    jvp: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
 ) -> JaxKernel | Callable[[Any], JaxKernel]:
     """Wrap a Warp kernel as a `JaxKernel` module callable from JAX.
 
@@ -244,6 +263,14 @@ def jax_kernel(
         module_preload_mode: where to compile and load the kernel's module at trace time.
         enable_backward: make the module differentiable in reverse mode (``jax.grad``,
             ``jax.vjp``) through Warp's generated adjoint kernel.
+        jvp: a jarp module (or any JAX-traceable function) giving forward-mode
+            derivatives: ``jvp(*inputs, *tangents)`` returns one tangent per output,
+            with one tangent per floating-point array input. It makes ``jax.jvp``,
+            ``jax.jacfwd`` and ``jax.linearize`` work; reverse mode then transposes
+            it through ``vjp`` (or through Warp's adjoint of ``jvp`` itself).
+        vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
+            *cotangents)`` returns one cotangent per floating-point array input,
+            given one cotangent per output. Replaces Warp's adjoint.
 
     Returns:
         A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.
@@ -267,6 +294,8 @@ def jax_kernel(
         "in_out_argnames": in_out_argnames,
         "module_preload_mode": module_preload_mode,
         "enable_backward": enable_backward,
+        "jvp": jvp,
+        "vjp": vjp,
     }
     if kernel is None:
         return lambda k: JaxKernel(k, **options)

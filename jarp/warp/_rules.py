@@ -1,0 +1,191 @@
+"""User derivative rules (``jvp=`` / ``vjp=``) on jarp modules.
+
+Warp's adjoint gives reverse mode only. A user who also writes a tangent kernel
+(a Hessian-vector product, say) hands it to a module as ``jvp=``; jarp then wraps
+the call in a ``jax.custom_jvp`` whose tangent is a ``linear_call`` of that
+module, with the ``vjp=`` module (or Warp's adjoint of the ``jvp`` module) as its
+transpose. Forward mode (``jax.jvp``, ``jacfwd``, ``linearize``) uses the tangent
+kernel; reverse mode transposes it, so ``jax.grad`` keeps working.
+
+Conventions (``inputs`` are the module's call arguments, scalars included):
+
+* ``jvp(*inputs, *tangents)`` returns one tangent per output, where ``tangents``
+  has one entry per floating-point array input, in order;
+* ``vjp(*inputs, *cotangents)`` returns one cotangent per floating-point array
+  input, given one cotangent per output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+# -- a linear map with a user transpose ----------------------------------------------------------
+#
+# ``jax.custom_derivatives.linear_call`` does this, but has no batching rule, so ``jax.jacfwd`` and
+# ``jax.hessian`` (which vmap over tangents) fail on it. ``linear_p`` applies ``fn(res, lin)``, a map
+# linear in ``lin``; its transpose is ``tfn(res, cts)``; both are vmapped when batched.
+
+linear_p = Primitive("jarp_linear")
+linear_p.multiple_results = True
+
+
+def linear_call(
+    fn: Callable[..., Any],
+    tfn: Callable[..., Any],
+    res: Sequence[Any],
+    lin: Sequence[Any],
+    out_shapes: Sequence[Any] | None = None,
+) -> Any:
+    """Apply ``fn(res, lin)`` (linear in ``lin``) with transpose ``tfn(res, cts)``.
+
+    With ``out_shapes`` given, ``fn`` is not traced until it must run, so a map
+    that only exists in reverse mode can still be transposed.
+    """
+    res, lin = tuple(res), tuple(lin)
+    if out_shapes is None:
+        out_shapes = jax.eval_shape(lambda r, l: tuple(fn(r, l)), res, lin)
+    avals = tuple(jax.core.ShapedArray(o.shape, o.dtype) for o in out_shapes)
+    return linear_p.bind(*res, *lin, fn=fn, tfn=tfn, n_res=len(res), out_avals=avals)
+
+
+def _linear_impl(*args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    return tuple(fn(tuple(args[:n_res]), tuple(args[n_res:])))
+
+
+linear_p.def_impl(_linear_impl)
+linear_p.def_abstract_eval(lambda *args, out_avals, **_: list(out_avals))
+mlir.register_lowering(linear_p, mlir.lower_fun(_linear_impl, multiple_results=True))
+
+
+def _linear_jvp(primals: Any, tangents: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    if any(type(t) is not ad.Zero for t in tangents[:n_res]):
+        raise NotImplementedError(
+            "jarp: differentiating a user tangent rule (jvp=/hess_prod) with respect to the point it is "
+            "evaluated at needs third derivatives, which jarp's rules do not provide."
+        )
+    out = linear_p.bind(*primals, fn=fn, tfn=tfn, n_res=n_res, out_avals=out_avals)
+    lin_t = [ad.instantiate_zeros(t) for t in tangents[n_res:]]
+    t_out = linear_p.bind(*primals[:n_res], *lin_t, fn=fn, tfn=tfn, n_res=n_res, out_avals=out_avals)
+    return out, t_out
+
+
+def _linear_transpose(cts: Any, *args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    res, lin = args[:n_res], args[n_res:]
+    cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct for ct, a in zip(cts, out_avals, strict=True)]
+    lin_avals = tuple(jax.core.ShapedArray(x.aval.shape, x.aval.dtype) for x in lin)
+    out = linear_p.bind(*res, *cts, fn=tfn, tfn=fn, n_res=n_res, out_avals=lin_avals)
+    return [None] * n_res + list(out)
+
+
+def _linear_batch(args: Any, dims: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
+    res_axes = tuple(None if d is None else 0 for d in dims[:n_res])
+    lin_axes = tuple(None if d is None else 0 for d in dims[n_res:])
+
+    def batched_fn(res: Any, lin: Any) -> Any:
+        return jax.vmap(lambda r, l: tuple(fn(r, l)), in_axes=(res_axes, lin_axes), axis_size=size)(res, lin)
+
+    def batched_tfn(res: Any, cts: Any) -> Any:
+        return jax.vmap(lambda r, c: tuple(tfn(r, c)), in_axes=(res_axes, 0), axis_size=size)(res, cts)
+
+    out = linear_call(batched_fn, batched_tfn, args[:n_res], args[n_res:])
+    return out, [0] * len(out)
+
+
+ad.primitive_jvps[linear_p] = _linear_jvp
+ad.primitive_transposes[linear_p] = _linear_transpose
+batching.primitive_batchers[linear_p] = _linear_batch
+
+
+def _is_float_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray)) and jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _as_tuple(out: Any) -> tuple[Any, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def call_with_rules(
+    primal: Callable[..., tuple[jax.Array, ...]],
+    args: Sequence[Any],
+    jvp: Callable[..., Any] | None,
+    vjp: Callable[..., Any] | None,
+    what: str,
+) -> tuple[jax.Array, ...]:
+    """Call ``primal(*args)`` with derivatives given by the ``jvp``/``vjp`` modules."""
+    args = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    diff = [i for i, a in enumerate(args) if _is_float_array(a)]
+    static = {i: a for i, a in enumerate(args) if i not in diff}
+    for i, a in static.items():
+        if isinstance(a, jax.core.Tracer) and jnp.issubdtype(a.dtype, jnp.inexact):
+            raise TypeError(
+                f"{what}: argument {i} is a traced scalar, which custom derivative rules do not differentiate; "
+                "pass it as a one-element array parameter, or as a Python number (static)."
+            )
+
+    def merge(diff_values: Sequence[Any]) -> list[Any]:
+        full = dict(static)
+        full.update(zip(diff, diff_values, strict=True))
+        return [full[i] for i in range(len(args))]
+
+    def f(*diff_values: Any) -> tuple[jax.Array, ...]:
+        return tuple(primal(*merge(diff_values)))
+
+    diff_args = [args[i] for i in diff]
+    if jvp is None:
+        assert vjp is not None
+        g = jax.custom_vjp(f)
+
+        def fwd(*diff_values: Any) -> Any:
+            return f(*diff_values), diff_values
+
+        def bwd(res: Any, cts: Any) -> Any:
+            cts = [jnp.zeros_like(o) if ct is None else ct for ct, o in zip(cts, jax.eval_shape(f, *res), strict=True)]
+            out = _as_tuple(vjp(*merge(res), *cts))
+            _check_count(out, len(diff), what, "vjp", "cotangents (one per floating-point array input)")
+            return tuple(out)
+
+        g.defvjp(fwd, bwd)
+        return g(*diff_args)
+
+    def transpose(res: Any, cts: Any) -> Any:
+        cts = _as_tuple(cts)
+        if vjp is not None:
+            out = _as_tuple(vjp(*merge(res), *cts))
+        else:
+            # Transpose the tangent map through Warp's adjoint of the jvp module itself.
+            zeros = [jnp.zeros_like(r) for r in res]
+            _, pullback = jax.vjp(lambda *t: tuple(_as_tuple(jvp(*merge(res), *t))), *zeros)
+            out = pullback(cts)
+        _check_count(out, len(diff), what, "vjp", "cotangents (one per floating-point array input)")
+        return tuple(out)
+
+    def tangent_map(res: Any, tangents: Any) -> Any:
+        out = _as_tuple(jvp(*merge(res), *tangents))
+        return tuple(out)
+
+    g = jax.custom_jvp(f)
+
+    def rule(primals: Any, tangents: Any) -> Any:
+        out = f(*primals)
+        tangents = [jnp.zeros(t.aval.shape, t.aval.dtype) if isinstance(t, SymbolicZero) else t for t in tangents]
+        t_out = linear_call(tangent_map, transpose, tuple(primals), tuple(tangents))
+        _check_count(t_out, len(out), what, "jvp", "tangents (one per output)")
+        return out, tuple(t_out)
+
+    g.defjvp(rule, symbolic_zeros=True)
+    return g(*diff_args)
+
+
+def _check_count(out: Sequence[Any], expected: int, what: str, rule: str, kind: str) -> None:
+    if len(out) != expected:
+        raise TypeError(f"{what}: the {rule}= module returned {len(out)} values, expected {expected} {kind}.")
