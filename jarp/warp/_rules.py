@@ -51,7 +51,7 @@ def linear_call(
     """
     res, lin = tuple(res), tuple(lin)
     if out_shapes is None:
-        out_shapes = jax.eval_shape(lambda r, l: tuple(fn(r, l)), res, lin)
+        out_shapes = jax.eval_shape(lambda r, li: tuple(fn(r, li)), res, lin)
     avals = tuple(jax.core.ShapedArray(o.shape, o.dtype) for o in out_shapes)
     return linear_p.bind(*res, *lin, fn=fn, tfn=tfn, n_res=len(res), out_avals=avals)
 
@@ -92,7 +92,7 @@ def _linear_batch(args: Any, dims: Any, *, fn: Any, tfn: Any, n_res: int, out_av
     lin_axes = tuple(None if d is None else 0 for d in dims[n_res:])
 
     def batched_fn(res: Any, lin: Any) -> Any:
-        return jax.vmap(lambda r, l: tuple(fn(r, l)), in_axes=(res_axes, lin_axes), axis_size=size)(res, lin)
+        return jax.vmap(lambda r, li: tuple(fn(r, li)), in_axes=(res_axes, lin_axes), axis_size=size)(res, lin)
 
     def batched_tfn(res: Any, cts: Any) -> Any:
         return jax.vmap(lambda r, c: tuple(tfn(r, c)), in_axes=(res_axes, 0), axis_size=size)(res, cts)
