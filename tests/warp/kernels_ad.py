@@ -102,3 +102,51 @@ def spring_energy_ref(x, edges, stiffness, rest):
 
     d = jnp.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=-1) - rest
     return jnp.sum(0.5 * stiffness * d * d)
+
+
+@wp.kernel
+def cube64(x: wp.array(dtype=wp.float64), y: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    y[i] = x[i] * x[i] * x[i]
+
+
+@wp.kernel
+def cube64_jvp(x: wp.array(dtype=wp.float64), dx: wp.array(dtype=wp.float64), dy: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    dy[i] = wp.float64(3.0) * x[i] * x[i] * dx[i]
+
+
+@wp.kernel
+def prod_sum64(
+    a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), s: wp.float64, out: wp.array(dtype=wp.float64)
+):
+    # out = s * a * b
+    i = wp.tid()
+    out[i] = s * a[i] * b[i]
+
+
+@wp.kernel
+def prod_sum64_jvp(
+    a: wp.array(dtype=wp.float64),
+    b: wp.array(dtype=wp.float64),
+    s: wp.float64,
+    da: wp.array(dtype=wp.float64),
+    db: wp.array(dtype=wp.float64),
+    dout: wp.array(dtype=wp.float64),
+):
+    i = wp.tid()
+    dout[i] = s * (da[i] * b[i] + a[i] * db[i])
+
+
+@wp.kernel
+def prod_sum64_vjp(
+    a: wp.array(dtype=wp.float64),
+    b: wp.array(dtype=wp.float64),
+    s: wp.float64,
+    ct: wp.array(dtype=wp.float64),
+    ga: wp.array(dtype=wp.float64),
+    gb: wp.array(dtype=wp.float64),
+):
+    i = wp.tid()
+    ga[i] = s * b[i] * ct[i]
+    gb[i] = s * a[i] * ct[i]
