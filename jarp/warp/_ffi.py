@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,14 +35,25 @@ _registered = False
 _keepalive: list[Any] = []
 
 _executors: dict[tuple[int, int], _Executor] = {}
+_cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
 _executors_lock = threading.Lock()
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _memset = ctypes.memset
-_from_address = ctypes.c_void_p.from_address
-_c_int64 = ctypes.c_int64.from_address
+# Reading raw memory through ctypes objects costs ~0.4 us a value, and iterating a ctypes
+# pointer array ~1.7 us; unpacking with ``struct`` from a view of the whole address space
+# costs ~0.2 us. The view is never indexed outside addresses XLA hands to the callback.
+_MEM = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
+_U64 = struct.Struct("<Q").unpack_from
+_I64 = struct.Struct("<q").unpack_from
+_FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
+_FRAME_ATTRS = _xla_ffi.FRAME_ATTRS
+_FRAME_ARGS = _xla_ffi.FRAME_ARGS
+_FRAME_RETS = _xla_ffi.FRAME_RETS
+_SCALAR_VALUE = _xla_ffi.SCALAR_VALUE
+_BUFFER_DATA = _xla_ffi.BUFFER_DATA
 
 
 def ensure_registered() -> None:
@@ -68,20 +81,22 @@ def is_registered() -> bool:
 
 def _callback(frame: int, platform: str, graph: bool) -> int | None:
     try:
-        if _from_address(frame + _xla_ffi.FRAME_EXTENSION).value and _xla_ffi.answer_metadata_query(frame, graph):
+        if _U64(_MEM, frame + _FRAME_EXTENSION)[0] and _xla_ffi.answer_metadata_query(frame, graph):
             return None
-        attrs = _from_address(frame + _xla_ffi.FRAME_ATTRS).value
-        handle = _c_int64(_from_address(_from_address(attrs).value + _xla_ffi.SCALAR_VALUE).value).value
+        attr = _U64(_MEM, _U64(_MEM, frame + _FRAME_ATTRS)[0])[0]  # the only attribute: the plan handle
+        handle = _I64(_MEM, _U64(_MEM, attr + _SCALAR_VALUE)[0])[0]
         if platform == "cpu":
-            key = (handle, -1)
+            executor = _cpu_executors.get(handle)
+            if executor is None:
+                executor = _get_executor((handle, -1), platform)
         else:
             key = (handle, _xla_ffi.get_device_ordinal(frame))
-        executor = _executors.get(key)
-        if executor is None:
-            executor = _get_executor(key, platform)
+            executor = _executors.get(key)
+            if executor is None:
+                executor = _get_executor(key, platform)
         executor.run(frame)
         return None
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - every error must reach XLA, never unwind through C
         return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {type(e).__name__}: {e}")
 
 
@@ -98,15 +113,18 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
             else:
                 executor = _CudaKernelExecutor(plan, device)
             _executors[key] = executor
+            if key[1] == -1:
+                _cpu_executors[key[0]] = executor
     return executor
 
 
 def _read_ptrs(frame: int, size_offset: int, array_offset: int) -> list[int]:
-    n = _c_int64(frame + size_offset).value
+    """The data pointers of a call frame's argument (or result) buffers."""
+    n = _I64(_MEM, frame + size_offset)[0]
     if n == 0:
         return []
-    bufs = (ctypes.c_void_p * n).from_address(_from_address(frame + array_offset).value)
-    return [_from_address(b + _xla_ffi.BUFFER_DATA).value or 0 for b in bufs]
+    bufs = struct.unpack_from(f"<{n}Q", _MEM, _U64(_MEM, frame + array_offset)[0])
+    return [_U64(_MEM, b + _BUFFER_DATA)[0] for b in bufs]
 
 
 def _batch_offsets(plan: Plan, nbytes: tuple[int, ...], batch: tuple[tuple[bool, ...], ...]) -> list[list[int]]:
@@ -206,22 +224,34 @@ class _CpuKernelExecutor(_KernelExecutor):
         else:
             self.fn = _ENTRY_FORWARD(self.entry.forward)
         self.bounds_addr = ctypes.addressof(self.bounds)
+        # (word, byte offset of the buffer's entry in the frame's argument or result array)
+        self.fast = None
+        if self.nslices == 1 and len(self.blocks) == 1:
+            self.fast = [(slot, 1 if src else 0, 8 * index) for _, slot, src, index, _ in self.slots]
+            self.words0, self.raw0 = self.blocks[0][0], self.blocks[0][1]
+        self.zero_at = [(8 * j, nbytes) for j, nbytes in self.zero]
 
     def run(self, frame: int) -> None:
-        ptrs = (
-            _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _xla_ffi.FRAME_ARGS),
-            _read_ptrs(frame, _xla_ffi.FRAME_RETS_SIZE, _xla_ffi.FRAME_RETS),
-        )
-        res = ptrs[1]
-        for j, nbytes in self.zero:
-            _memset(res[j], 0, nbytes)
+        mem = _MEM
+        bases = (_U64(mem, frame + _FRAME_ARGS)[0], _U64(mem, frame + _FRAME_RETS)[0])
+        for off, nbytes in self.zero_at:
+            _memset(_U64(mem, _U64(mem, bases[1] + off)[0] + _BUFFER_DATA)[0], 0, nbytes)
         if self.empty:
             return
+        if self.fast is not None:  # one slice, forward: the common case, kept lean
+            block = self.words0.from_buffer_copy(self.raw0)
+            for slot, src, off in self.fast:
+                block[slot] = _U64(mem, _U64(mem, bases[src] + off)[0] + _BUFFER_DATA)[0]
+            self.fn(self.bounds_addr, block)
+            return
+        ptrs = (
+            _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _FRAME_ARGS),
+            _read_ptrs(frame, _xla_ffi.FRAME_RETS_SIZE, _FRAME_RETS),
+        )
         blocks = [words.from_buffer_copy(raw) for words, raw, _ in self.blocks]
-        slots = self.slots
         fn, bounds = self.fn, self.bounds_addr
         for s in range(self.nslices):
-            for block, slot, src, index, offs in slots:
+            for block, slot, src, index, offs in self.slots:
                 blocks[block][slot] = ptrs[src][index] + offs[s]
             fn(bounds, *blocks)
 
