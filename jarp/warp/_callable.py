@@ -14,17 +14,9 @@ import warp as wp
 from . import _call, _internals, _rules
 from ._options import GraphMode, ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import CallConfig
-from ._signature import Signature, make_signature, normalize_output_dims
+from ._signature import Signature, check_vmap_method, make_signature, normalize_output_dims, tuple_of_str
 
 _WHAT = "jax_callable()"
-
-
-def _tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -62,9 +54,9 @@ class JaxCallable(eqx.Module):
     output_dims: Any = eqx.field(
         static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
     )
-    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=_tuple_of_str)
-    stage_in_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=_tuple_of_str)
-    stage_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=_tuple_of_str)
+    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
+    stage_in_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
+    stage_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
     graph_cache_max: int | None = eqx.field(static=True, default=None)
     module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
         static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
@@ -77,9 +69,7 @@ class JaxCallable(eqx.Module):
     def __check_init__(self) -> None:
         if not callable(self.func):
             raise TypeError(f"{_WHAT}: func must be a function, got {type(self.func).__name__}.")
-        from ._kernel import _check_vmap_method
-
-        _check_vmap_method(self.vmap_method, _WHAT)
+        check_vmap_method(self.vmap_method, _WHAT)
         if self.graph_cache_max is not None and (
             isinstance(self.graph_cache_max, bool)
             or not isinstance(self.graph_cache_max, int)
@@ -133,9 +123,7 @@ class JaxCallable(eqx.Module):
             normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, _call.default_launch_dims(sig, operands), what)
-        from ._kernel import _check_vmap_method
-
-        config = CallConfig(_check_vmap_method(vmap_method or self.vmap_method, what))
+        config = CallConfig(check_vmap_method(vmap_method or self.vmap_method, what))
         plan = _call.build_plan(
             "callable",
             func,

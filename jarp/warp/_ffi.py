@@ -96,7 +96,7 @@ def _callback(frame: int, platform: str, graph: bool) -> int | None:
                 executor = _get_executor(key, platform)
         executor.run(frame)
         return None
-    except BaseException as e:  # noqa: BLE001 - every error must reach XLA, never unwind through C
+    except BaseException as e:
         return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {type(e).__name__}: {e}")
 
 

@@ -13,27 +13,17 @@ import warp as wp
 
 from . import _analysis, _call, _internals, _rules, _runtime_scalars
 from ._options import ModulePreloadMode, ShapeLike, VmapMethod
-from ._primitive import VMAP_METHODS, CallConfig
-from ._signature import Signature, make_signature, normalize_dims, normalize_output_dims
+from ._primitive import CallConfig
+from ._signature import (
+    Signature,
+    check_vmap_method,
+    make_signature,
+    normalize_dims,
+    normalize_output_dims,
+    tuple_of_str,
+)
 
 _WHAT = "jax_kernel()"
-
-
-def _check_vmap_method(value: Any, what: str) -> str:
-    if value not in VMAP_METHODS:
-        raise ValueError(
-            f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel) or "
-            "'broadcast_all' (fold the batch into the launch; only for elementwise kernels)."
-        )
-    return value
-
-
-def _tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value)
 
 
 def _optional_dims(value: Any) -> tuple[int, ...] | None:
@@ -77,7 +67,7 @@ class JaxKernel(eqx.Module):
     output_dims: Any = eqx.field(
         static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
     )
-    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=_tuple_of_str)
+    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
     module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
         static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
     )
@@ -92,7 +82,7 @@ class JaxKernel(eqx.Module):
             )
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
-        _check_vmap_method(self.vmap_method, _WHAT)
+        check_vmap_method(self.vmap_method, _WHAT)
         for name in ("jvp", "vjp"):
             rule = getattr(self, name)
             if rule is not None and not callable(rule):
@@ -178,7 +168,7 @@ class JaxKernel(eqx.Module):
             normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, dims, what)
-        config = CallConfig(_check_vmap_method(vmap_method or self.vmap_method, what))
+        config = CallConfig(check_vmap_method(vmap_method or self.vmap_method, what))
         _call.preload(kernel, self.module_preload_mode)
         plan = _call.build_plan(
             "kernel",

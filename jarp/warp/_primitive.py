@@ -26,12 +26,11 @@ from jax.interpreters import ad, batching, mlir
 
 from . import _ffi
 from ._plans import Buffer, Plan, registry
+from ._signature import FOLD_METHODS
 
 warp_call_p = Primitive("jarp_warp_call")
 warp_call_p.multiple_results = True
 
-FOLD_METHODS = ("broadcast_all", "expand_dims")
-VMAP_METHODS = ("sequential", *FOLD_METHODS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -205,3 +205,24 @@ def check_launch_dims(dims: tuple[int, ...], what: str) -> tuple[int, ...]:
     if not 1 <= len(dims) <= _MAX_WARP_NDIM:
         raise ValueError(f"{what} must have 1 to {_MAX_WARP_NDIM} dims, got {dims}.")
     return dims
+
+
+FOLD_METHODS = ("broadcast_all", "expand_dims")
+VMAP_METHODS = ("sequential", *FOLD_METHODS)
+
+
+def check_vmap_method(value: Any, what: str) -> str:
+    if value not in VMAP_METHODS:
+        raise ValueError(
+            f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel) or "
+            "'broadcast_all' (fold the batch into the launch; only for elementwise kernels)."
+        )
+    return value
+
+
+def tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
