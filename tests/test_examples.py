@@ -44,6 +44,14 @@ def test_spring_layer_trains_and_round_trips() -> None:
 
 
 @pytest.mark.example
+def test_multi_device_example() -> None:
+    # its own process: the device count is fixed when JAX starts
+    out = run_python(str(EXAMPLES / "multi_device.py"))
+    assert "4 devices, shard_map" in out
+    assert "sharded jit and pmap agree" in out
+
+
+@pytest.mark.example
 @pytest.mark.parametrize("page", PAGES)
 def test_page_code_blocks_run(page: str, tmp_path: Path) -> None:
     blocks = FENCE.findall((ROOT / page).read_text())

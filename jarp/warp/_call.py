@@ -333,7 +333,21 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
     outs = bind(adjoint_plan(plan), config, (*operands, *cts))
     n_ops, n_res = len(plan.operands), len(plan.results)
     source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.aliases}
-    return tuple(outs[source[i]] if _is_float(op.dtype) else None for i, op in enumerate(operands))
+    return tuple(_reduce_varying(outs[source[i]], op) if _is_float(op.dtype) else None for i, op in enumerate(operands))
+
+
+def _varying(x: Any) -> frozenset[Any]:
+    return frozenset(getattr(getattr(jax.typeof(x), "mat", None), "varying", frozenset()))
+
+
+def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
+    """Inside ``shard_map``, sum a cotangent over the mesh axes along which its primal is replicated.
+
+    The adjoint launch varies over every axis any of its operands varies over; an input that was
+    the same on every device (a shared stiffness, say) collects one contribution per device.
+    """
+    extra = tuple(sorted(_varying(ct) - _varying(primal), key=str))
+    return jax.lax.psum(ct, extra) if extra else ct
 
 
 _differentiable.defvjp(_fwd, _bwd)

@@ -32,7 +32,6 @@ warp_call_p = Primitive("jarp_warp_call")
 warp_call_p.multiple_results = True
 
 
-
 @dataclasses.dataclass(frozen=True)
 class CallConfig:
     """Static options that travel with a plan through transformations."""
