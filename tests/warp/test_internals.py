@@ -57,3 +57,13 @@ def test_default_cuda_arch_is_one_warp_can_compile_for():
     arch = _internals.default_cuda_arch()
     assert isinstance(arch, int)
     assert arch in wp.get_cuda_supported_archs()
+
+
+def test_jax_internals_used_by_the_primitive():
+    # jarp_warp_call declares its side effect and its manual-axis (shard_map) typing through these.
+    from jax._src import core, effects, mesh
+
+    assert hasattr(effects, "lowerable_effects") and hasattr(effects, "control_flow_allowed_effects")
+    mat = core.ManualAxisType(varying=frozenset(), unreduced=frozenset(), reduced=frozenset())
+    assert mat.varying == frozenset()
+    assert callable(mesh.get_abstract_mesh)
