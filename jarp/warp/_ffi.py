@@ -268,10 +268,13 @@ class _CudaKernelExecutor(_KernelExecutor):
         if self.empty:
             return
         structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
-        params = [self.bounds]
+        # cuLaunchKernel takes one pointer per parameter (launch bounds, then every field of the
+        # argument block(s)); it copies the values at launch, so the blocks can be patched per slice.
+        addresses = [ctypes.addressof(self.bounds)]
         for st in structs:
-            params.extend(getattr(st, name) for name, _ in st._fields_)
-        addrs = (ctypes.c_void_p * len(params))(*(ctypes.addressof(p) for p in params))
+            base = ctypes.addressof(st)
+            addresses.extend(base + getattr(type(st), name).offset for name, _ in st._fields_)
+        addrs = (ctypes.c_void_p * len(addresses))(*addresses)
         for s in range(self.nslices):
             for block, slot, src, index, offs in self.slots:
                 ctypes.c_uint64.from_buffer(structs[block], slot * 8).value = ptrs[src][index] + offs[s]
