@@ -4,7 +4,7 @@ Sessions:
     tests    the test suite, twice: a float32 process, then a `JAX_ENABLE_X64=1` process running the `x64` tests
     lint     ruff check and ruff format --check
     docs     mkdocs build --strict (the site lands in ./site)
-    example  examples/spring_layer.py (extra arguments after `--` go to the script)
+    example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
 
 Virtual environments live in .nox/ and are reused between runs; each run still asks pip to install the session's
 requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` forwards arguments to both pytest runs.
@@ -56,7 +56,12 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def example(session: nox.Session) -> None:
-    """Train the spring-chain model of examples/spring_layer.py (a Warp kernel layer inside an eqx.Module)."""
+    """Fit the per-region stiffness of a hanging Warp spring net (examples/fit_stiffness.py).
+
+    Energy, gradient and Hessian-vector product are Warp kernels in an eqx.Module; the inner equilibrium is a
+    Newton-CG solve in lax.while_loop, the outer gradient comes from implicit differentiation, all under
+    eqx.filter_jit in float64. Writes the trained model and a PNG into the session's tmp directory.
+    """
     session.install("-e", ".[examples]")
-    args = session.posargs or ["--plot", os.path.join(session.create_tmp(), "stiffness.png")]
-    session.run("python", "examples/spring_layer.py", *args, env=FLOAT32)
+    args = session.posargs or ["--out", session.create_tmp()]
+    session.run("python", "examples/fit_stiffness.py", *args, env=FLOAT32)

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 # Pages whose ```python blocks form one runnable script each (docs/tree.md is checked by tests/tree/test_docs.py).
-PAGES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/contract.md"]
+PAGES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/contract.md", "docs/physics.md"]
 FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
