@@ -12,8 +12,6 @@ requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` for
 
 from __future__ import annotations
 
-import os
-
 import nox
 
 nox.needs_version = ">=2024.3.2"

@@ -12,14 +12,14 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import warp as wp  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import warp as wp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import jarp  # noqa: E402
+import jarp
 
 wp.config.quiet = True
 
