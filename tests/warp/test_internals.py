@@ -63,7 +63,8 @@ def test_jax_internals_used_by_the_primitive():
     # jarp_warp_call declares its side effect and its manual-axis (shard_map) typing through these.
     from jax._src import core, effects, mesh
 
-    assert hasattr(effects, "lowerable_effects") and hasattr(effects, "control_flow_allowed_effects")
+    assert hasattr(effects, "lowerable_effects")
+    assert hasattr(effects, "control_flow_allowed_effects")
     mat = core.ManualAxisType(varying=frozenset(), unreduced=frozenset(), reduced=frozenset())
     assert mat.varying == frozenset()
     assert callable(mesh.get_abstract_mesh)
