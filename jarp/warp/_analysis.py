@@ -128,33 +128,62 @@ def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n in stored)
 
 
-_WRITING_CALLS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_cas", "atomic_exch", "array_store")
+_WRITING_CALLS = ("array_store",)
 
 
 @functools.lru_cache(maxsize=1024)
-def written_arrays(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Which of ``names`` the kernel body writes: ``a[i] = ...``, ``a[i] += ...`` or ``wp.atomic_*(a, ...)``.
+def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, int, str], ...]]:
+    """Which of ``names`` the function body writes: ``a[i] = ...``, ``a[i] += ...``, ``wp.atomic_*(a, ...)``.
 
-    Writes through a ``@wp.func`` that receives the array are not seen.
+    Local aliases (``b = a``, then writes through ``b``) count as writes to ``a``.
+
+    Returns:
+        The names written directly, and the calls ``(callee name, argument position, name)``
+        that pass one of ``names`` on, for the caller to follow into ``@wp.func`` bodies.
     """
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (TypeError, SyntaxError, ValueError):
-        return ()
+        return (), ()
+    # alias -> the parameter it refers to, to a fixed point (b = a; c = b)
+    alias = {n: n for n in names}
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in alias:
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in alias:
+                        alias[target.id] = alias[node.value.id]
+                        changed = True
     written = set()
+
+    def mark(expr: ast.expr) -> None:
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in alias:
+                written.add(alias[sub.value.id])
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Subscript):
+                mark(sub.value)
+
+    calls = []
     for node in ast.walk(tree):
-        targets: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            for pos, arg in enumerate(node.args):
+                if isinstance(arg, ast.Name) and arg.id in alias:
+                    calls.append((node.func.id, pos, alias[arg.id]))
         if isinstance(node, ast.Assign):
-            targets = list(node.targets)
+            for target in node.targets:
+                mark(target)
         elif isinstance(node, ast.AugAssign):
-            targets = [node.target]
+            mark(node.target)
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if name in _WRITING_CALLS and isinstance(node.args[0], ast.Name):
-                written.add(node.args[0].id)
-        for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
-                    written.add(sub.value.id)
-    return tuple(n for n in names if n in written)
+            first = node.args[0]
+            if (
+                (name.startswith("atomic_") or name in _WRITING_CALLS)
+                and isinstance(first, ast.Name)
+                and first.id in alias
+            ):
+                written.add(alias[first.id])
+    return tuple(n for n in names if n in written), tuple(calls)

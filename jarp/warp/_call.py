@@ -84,11 +84,14 @@ def check_args(sig: Signature, args: Sequence[Any], what: str) -> tuple[list[Any
 
 
 def _check_array(spec: ArgSpec, value: Any, what: str) -> Any:
-    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+    if not isinstance(value, (jax.Array, np.ndarray)):
         if isinstance(value, (int, float, bool, list, tuple)):
             value = np.asarray(value)
         else:
-            raise TypeError(f"{what}: argument {spec.name!r} expects a {spec.describe()}, got {type(value).__name__}.")
+            raise TypeError(
+                f"{what}: argument {spec.name!r} expects a {spec.describe()} as a JAX or NumPy array, "
+                f"got {type(value).__name__}."
+            )
     dtype = np.dtype(value.dtype)
     if dtype != spec.np_dtype:
         raise TypeError(
@@ -117,8 +120,8 @@ def _check_array(spec: ArgSpec, value: Any, what: str) -> Any:
 def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
     if _is_tracer(value):
         raise TypeError(
-            f"{what}: scalar argument {spec.name!r} got a traced value ({value.aval.str_short()}); scalar kernel "
-            "parameters are static. Pass a Python number (e.g. mark it static with "
+            f"{what}: scalar argument {spec.name!r} got a traced value ({value.aval.str_short()}); scalar "
+            "parameters of a jax_callable are static. Pass a Python number (e.g. mark it static with "
             "jax.jit(..., static_argnames=...)) or make it a one-element array parameter."
         )
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):
@@ -134,6 +137,12 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
         return bool(value)
     if isinstance(value, float) and not value.is_integer():
         raise TypeError(f"{what}: scalar argument {spec.name!r} is an integer parameter, got {value!r}.")
+    info = np.iinfo(spec.np_dtype)
+    if not info.min <= int(value) <= info.max:
+        raise ValueError(
+            f"{what}: scalar argument {spec.name!r} = {value} does not fit the parameter's {spec.np_dtype} "
+            f"range [{info.min}, {info.max}]."
+        )
     return int(value)
 
 
@@ -155,6 +164,11 @@ def resolve_output_buffers(
         for spec, op in zip(array_inputs, operands, strict=True)
         if spec.in_out
     ]
+    if output_dims is not None and not sig.outputs:
+        raise ValueError(
+            f"{what}: output_dims was given, but the kernel has no pure outputs (its outputs are the in-out "
+            "arguments, shaped like their inputs); drop output_dims."
+        )
     named = (
         dict(output_dims)
         if isinstance(output_dims, tuple) and output_dims and isinstance(output_dims[0], tuple)
@@ -174,7 +188,10 @@ def resolve_output_buffers(
             dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")
         else:
             raise ValueError(f"{what}: cannot infer the dims of output {spec.name!r}; pass output_dims=...")
-        buffers.append(Buffer(dims + spec.inner_shape, spec.np_dtype))
+        buffer = Buffer(dims + spec.inner_shape, spec.np_dtype)
+        if buffer.nbytes >= 2**62:
+            raise ValueError(f"{what}: output {spec.name!r} of shape {buffer.shape} is too large to allocate.")
+        buffers.append(buffer)
     if named is not None:
         unknown = set(named) - {s.name for s in sig.outputs}
         if unknown:
@@ -238,7 +255,15 @@ def build_plan(
         overwritten = {}
     for j, spec in enumerate(sig.outputs, start=sig.num_in_out):
         rank = overwritten.get(spec.name)
-        if rank == len(launch_dims) and results[j].shape[: spec.warp_ndim] == launch_dims:
+        shape = results[j].shape[: spec.warp_ndim]
+        if rank == len(launch_dims) == len(shape) and any(s < n for s, n in zip(shape, launch_dims, strict=True)):
+            # Every thread writes out[tid]: an output smaller than the launch would be written out of bounds.
+            raise ValueError(
+                f"{name}: output {spec.name!r} has dims {shape}, smaller than the launch dims {launch_dims}, but the "
+                f"kernel writes {spec.name}[tid] on every thread; pass output_dims covering the launch "
+                "(or smaller launch_dims)."
+            )
+        if rank == len(launch_dims) and shape == launch_dims:
             continue  # every thread overwrites its own element: the fill would be wasted
         zero.append(j)
     return Plan(
@@ -266,6 +291,25 @@ def resolve_launch_dims(launch_dims: Any, sig: Signature, operands: Sequence[Any
     return check_launch_dims(normalize_dims(launch_dims, f"{what}: launch_dims"), f"{what}: launch_dims")
 
 
+def protect_inputs(plan: Plan) -> Plan:
+    """Alias every pure array input of a callable plan to an extra, discarded result.
+
+    XLA then hands the function its own copy of each input buffer (or the buffer itself
+    when the caller's value is dead after the call), so writes cannot reach the caller.
+    """
+    in_out = {op for op, _ in plan.aliases}
+    extra = [i for i in range(len(plan.operands)) if i not in in_out and i not in plan.scalar_operands]
+    if not extra:
+        return plan
+    n_res = len(plan.results)
+    return dataclasses.replace(
+        plan,
+        results=plan.results + tuple(plan.operands[i] for i in extra),
+        aliases=plan.aliases + tuple((i, n_res + k) for k, i in enumerate(extra)),
+        protected=tuple(n_res + k for k in range(len(extra))),
+    )
+
+
 # -- reverse mode through Warp's adjoint ---------------------------------------------------------
 
 
@@ -280,7 +324,7 @@ def adjoint_plan(plan: Plan) -> Plan:
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
-    in_out = {res: op for op, res in plan.aliases}
+    in_out = {res: op for op, res in plan.aliases if res not in plan.protected}
     params = []
     for p in plan.params:
         b = p.primal
@@ -308,6 +352,7 @@ def adjoint_plan(plan: Plan) -> Plan:
         aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res)),
         batch_shape=(),
         operand_batch=(),
+        protected=(),
         name=plan.name + " (adjoint)",
     )
 
@@ -332,7 +377,9 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
     ]
     outs = bind(adjoint_plan(plan), config, (*operands, *cts))
     n_ops, n_res = len(plan.operands), len(plan.results)
-    source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.aliases}
+    source = dict(enumerate(range(n_ops))) | {
+        op: n_ops + n_res + res for op, res in plan.aliases if res not in plan.protected
+    }
     return tuple(_reduce_varying(outs[source[i]], op) if _is_float(op.dtype) else None for i, op in enumerate(operands))
 
 
@@ -397,11 +444,23 @@ def callable_name(func: Callable[..., Any]) -> str:
 # -- eager dispatch ------------------------------------------------------------------------------
 
 
+_TYPED = object()  # marks a (tag, type name, number) triple in a frozen cache key
+
+
+def _thaw(value: Any) -> Any:
+    """Undo `_freeze`'s type tags (the frozen form is only for the cache key)."""
+    if isinstance(value, tuple):
+        if len(value) == 3 and value[0] is _TYPED:
+            return value[2]
+        return tuple(_thaw(v) for v in value)
+    return value
+
+
 def _eager_impl(module: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any) -> Any:
     args: list[Any] = list(arrays)
     for i, value in statics:
-        args.insert(i, value)
-    return module.trace_call(*args, **dict(options))
+        args.insert(i, _thaw(value))
+    return module.trace_call(*args, **{k: _thaw(v) for k, v in options})
 
 
 _eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2))
@@ -422,8 +481,10 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
         if isinstance(a, jax.Array):
             arrays.append(a)
         else:
+            # typed: 0 == 0.0 == 0j == False would otherwise share a cache entry and skip validation
             statics.append((i, a))
     try:
+        statics = [(i, _freeze(a)) for i, a in statics]
         key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
         hash((tuple(statics), key))
     except TypeError:
@@ -432,8 +493,15 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
 
 
 def _freeze(value: Any) -> Any:
+    """A hashable, plain-Python form of an option value (NumPy scalars become Python numbers)."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, complex)):
+        return (_TYPED, type(value).__name__, value)
+    if isinstance(value, (np.ndarray, jax.Array)):
+        raise TypeError("array option")  # not eligible for the eager cache key; traced directly instead
     return value

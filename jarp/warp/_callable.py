@@ -19,12 +19,12 @@ from ._signature import Signature, check_vmap_method, make_signature, normalize_
 _WHAT = "jax_callable()"
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
     return make_signature(_internals.function_params(func), num_outputs, in_out_argnames, what=_WHAT)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
     func = factory(*dtypes)
     if not callable(func):
@@ -63,6 +63,7 @@ class JaxCallable(eqx.Module):
     )
     has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
     enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+    protect_inputs: bool = eqx.field(static=True, default=True, converter=bool)
     jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
 
@@ -123,7 +124,7 @@ class JaxCallable(eqx.Module):
             normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, _call.default_launch_dims(sig, operands), what)
-        config = CallConfig(check_vmap_method(vmap_method or self.vmap_method, what))
+        config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
         plan = _call.build_plan(
             "callable",
             func,
@@ -136,7 +137,9 @@ class JaxCallable(eqx.Module):
             graph_compatible=self.graph_mode == wp.JaxCallableGraphMode.JAX,
             name=f"jax_callable({_call.callable_name(func)})",
         )
-        return _call.launch(plan, config, operands, self.enable_backward)
+        if self.protect_inputs:
+            plan = _call.protect_inputs(plan)
+        return _call.launch(plan, config, operands, self.enable_backward)[: len(results)]
 
 
 @overload
@@ -162,6 +165,7 @@ def jax_callable(
     module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
     has_side_effect: bool = False,
     enable_backward: bool = False,
+    protect_inputs: bool = True,
     jvp: Callable[..., Any] | None = None,
     vjp: Callable[..., Any] | None = None,
 ) -> JaxCallable | Callable[[Callable[..., Any]], JaxCallable]:
@@ -193,6 +197,11 @@ def jax_callable(
             pass runs ``func`` again under a ``wp.Tape`` (each array's ``.grad`` wrapping
             jarp's cotangent buffers) and plays the tape back. Intermediate arrays that
             ``func`` allocates need ``requires_grad=True``.
+        protect_inputs: give ``func`` private copies of its (non in-out) array inputs, so
+            that a function writing into an input cannot change the caller's array. jarp
+            cannot see inside a Python function (for kernels it proves the absence of such
+            writes instead), so this is on by default; XLA skips the copy where the input
+            is dead after the call. Turn it off for functions known not to write inputs.
         jvp: forward-mode rule, as for `jarp.warp.jax_kernel`.
         vjp: reverse-mode rule, as for `jarp.warp.jax_kernel`.
 
@@ -212,7 +221,8 @@ def jax_callable(
         "num_outputs": num_outputs,
         "graph_mode": graph_mode,
         "vmap_method": vmap_method,
-        "output_dims": output_dims,
+        # normalised here too: Equinox flattens constructor arguments before converters run
+        "output_dims": normalize_output_dims(output_dims, f"{_WHAT}: output_dims"),
         "in_out_argnames": in_out_argnames,
         "stage_in_argnames": stage_in_argnames,
         "stage_out_argnames": stage_out_argnames,
@@ -220,6 +230,7 @@ def jax_callable(
         "module_preload_mode": module_preload_mode,
         "has_side_effect": has_side_effect,
         "enable_backward": enable_backward,
+        "protect_inputs": protect_inputs,
         "jvp": jvp,
         "vjp": vjp,
     }

@@ -30,12 +30,28 @@ def _optional_dims(value: Any) -> tuple[int, ...] | None:
     return None if value is None else normalize_dims(value, f"{_WHAT}: launch_dims")
 
 
-@functools.lru_cache(maxsize=1024)
+def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
+    """Which of ``names`` a kernel (or ``@wp.func``) writes, following the arrays into the functions it calls."""
+    direct, calls = _analysis.written_arrays(_internals.kernel_source(fn), names)
+    written = set(direct)
+    if depth < 8:  # deep enough for real code, bounded for recursive functions
+        scope = getattr(fn.func, "__globals__", {})
+        for callee_name, pos, name in calls:
+            callee = scope.get(callee_name)
+            if name in written or not isinstance(callee, wp.Function) or not hasattr(callee, "adj"):
+                continue
+            params = [label for label, _ in _internals.kernel_params(callee)]
+            if pos < len(params) and _written_inputs(callee, (params[pos],), depth + 1):
+                written.add(name)
+    return tuple(n for n in names if n in written)
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
 def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
     return make_signature(_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
     try:
@@ -89,7 +105,7 @@ class JaxKernel(eqx.Module):
                 raise TypeError(f"{_WHAT}: {name} must be a jarp module or a function, got {type(rule).__name__}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
         pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
-        written = _analysis.written_arrays(_internals.kernel_source(self.kernel), pure_inputs)
+        written = _written_inputs(self.kernel, pure_inputs)
         if written:
             raise ValueError(
                 f"{_WHAT}: kernel {self.kernel.key!r} writes to input(s) {list(written)}, which XLA owns and may "
@@ -168,7 +184,7 @@ class JaxKernel(eqx.Module):
             normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, dims, what)
-        config = CallConfig(check_vmap_method(vmap_method or self.vmap_method, what))
+        config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
         _call.preload(kernel, self.module_preload_mode)
         plan = _call.build_plan(
             "kernel",
@@ -280,7 +296,8 @@ def jax_kernel(
         "num_outputs": num_outputs,
         "vmap_method": vmap_method,
         "launch_dims": launch_dims,
-        "output_dims": output_dims,
+        # normalised here too: Equinox flattens constructor arguments before converters run
+        "output_dims": normalize_output_dims(output_dims, f"{_WHAT}: output_dims"),
         "in_out_argnames": in_out_argnames,
         "module_preload_mode": module_preload_mode,
         "enable_backward": enable_backward,

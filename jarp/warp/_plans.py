@@ -74,6 +74,7 @@ class Plan:
         operand_batch: for each operand, which of ``batch_shape`` it carries (results carry all).
         has_side_effect: keep the call even when its results are unused.
         scalar_operands: operands that carry a runtime scalar parameter (one element, never folded).
+        protected: results that only give a callable a private copy of an input (aliased, discarded).
         graph_compatible: may be captured in a CUDA graph by XLA.
         name: a human-readable name for errors and inspection.
     """
@@ -91,6 +92,7 @@ class Plan:
     has_side_effect: bool = False
     graph_compatible: bool = True
     scalar_operands: tuple[int, ...] = ()
+    protected: tuple[int, ...] = ()
     name: str = ""
 
     def __post_init__(self) -> None:

@@ -62,6 +62,11 @@ class ArgSpec:
 def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel") -> ArgSpec:
     """Build an `ArgSpec` from a Warp type annotation."""
     if wp.types.is_array(warp_type):
+        if warp_type.ndim > _MAX_WARP_NDIM:
+            raise TypeError(
+                f"{what} parameter {name!r} is a {warp_type.ndim}-d array; Warp arrays have at most "
+                f"{_MAX_WARP_NDIM} dims."
+            )
         dtype = warp_type.dtype
         if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":
             return ArgSpec(name, True, None, warp_type.ndim, (), in_out)
@@ -162,14 +167,30 @@ def make_signature(
     return Signature(tuple(specs), num_outputs)
 
 
+# Warp stores array shapes and thread indices as 32-bit signed ints.
+MAX_EXTENT = 2**31 - 1
+
+
+def _dim(d: Any) -> int:
+    if isinstance(d, bool):
+        raise TypeError
+    return operator.index(d)
+
+
 def normalize_dims(value: ShapeLike, what: str) -> tuple[int, ...]:
-    """Turn an int or sequence of ints into a tuple of non-negative ints."""
+    """Turn an int or a sequence of ints into a tuple of ints in ``[0, 2**31)``."""
     try:
-        dims = (operator.index(value),) if not isinstance(value, Iterable) else tuple(operator.index(d) for d in value)
+        if isinstance(value, (str, bytes, Mapping)) or (
+            isinstance(value, Iterable) and not isinstance(value, Sequence)
+        ):
+            raise TypeError
+        dims = tuple(_dim(d) for d in value) if isinstance(value, Iterable) else (_dim(value),)
     except TypeError:
-        raise TypeError(f"{what} must be an int or a sequence of ints, got {value!r}.") from None
+        raise TypeError(f"{what} must be an int or a sequence (tuple, list) of ints, got {value!r}.") from None
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} must be non-negative, got {dims}.")
+    if any(d > MAX_EXTENT for d in dims):
+        raise ValueError(f"{what} has an extent above Warp's limit of 2**31 - 1: {dims}.")
     return dims
 
 
@@ -184,7 +205,10 @@ def normalize_output_dims(value: Any, what: str) -> Any:
     ):
         value = dict(value)  # already normalised
     if isinstance(value, Mapping):
-        return tuple(sorted((str(k), normalize_dims(v, f"{what}[{k!r}]")) for k, v in value.items()))
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"{what} keys must be output names (str), got {bad!r}.")
+        return tuple(sorted((k, normalize_dims(v, f"{what}[{k!r}]")) for k, v in value.items()))
     return normalize_dims(value, what)
 
 

@@ -65,6 +65,10 @@ def generic_mul_types(a_dtype, b_dtype):
     return [wp.array(dtype=a_dtype), wp.array(dtype=b_dtype), wp.array(dtype=a_dtype)]
 
 
+# declared up front, so that no overload rebuilds this module in the middle of a run
+wp.overload(generic_mul, generic_mul_types(wp.float64, wp.float64))
+
+
 @wp.kernel
 def square64(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     i = wp.tid()

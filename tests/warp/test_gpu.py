@@ -30,7 +30,7 @@ from jarp.warp._inspect import compile_aot, kernel_source, list_plans
 from jarp.warp._plans import registry
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
-from tests.warp import test_struct
+from tests.warp import kernels_ad, kernels_energy, kernels_hostile, test_struct
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
@@ -40,7 +40,14 @@ REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
 # Ahead-of-time compilation for sm_80 and sm_90
 # ======================================================================================================================
 
-KERNEL_MODULES = {"kernels": k, "kernels64": k64, "test_struct": test_struct}
+KERNEL_MODULES = {
+    "kernels": k,
+    "kernels64": k64,
+    "kernels_ad": kernels_ad,
+    "kernels_energy": kernels_energy,
+    "kernels_hostile": kernels_hostile,
+    "test_struct": test_struct,
+}
 
 
 def _module_kernels(module: types.ModuleType) -> dict[str, wp.Kernel]:
@@ -192,17 +199,18 @@ LOWERING_CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...], list[tuple[
     "jax-callable": (
         lambda x: _scale_func(x, 3.0)[0],
         (_x(),),
-        [("jarp_warp_call", "callable", k.scale_func, [])],
+        # the pure input's private copy (protect_inputs): result 1 aliases operand 0
+        [("jarp_warp_call", "callable", k.scale_func, [((1,), 0)])],
     ),
     "jax-callable-in-out": (
         lambda m, s: _rowsum_func(m, s)[0],
         (jnp.ones((2, 3), jnp.float32), jnp.ones(2, jnp.float32)),
-        [("jarp_warp_call", "callable", k.rowsum_func, [((), 1)])],  # a single result is not a tuple
+        [("jarp_warp_call", "callable", k.rowsum_func, [((0,), 1), ((1,), 0)])],  # in-out, then the input's copy
     ),
     "jax-callable-no-graph": (
         lambda x: _scale_func_no_graph(x, 3.0)[0],
         (_x(),),
-        [("jarp_warp_call_no_graph", "callable", k.scale_func, [])],
+        [("jarp_warp_call_no_graph", "callable", k.scale_func, [((1,), 0)])],
     ),
 }
 
