@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import jax_callable, jax_kernel
+from jarp.warp import _runtime_scalars, jax_callable, jax_kernel
 from jarp.warp._inspect import compile_aot, kernel_source, list_plans
 from jarp.warp._plans import registry
 from tests.warp import kernels as k
@@ -164,6 +164,21 @@ _rowsum_func = jax_callable(k.rowsum_func, in_out_argnames=["sums"])
 _scale_func_no_graph = jax_callable(k.scale_func, graph_mode=wp.JaxCallableGraphMode.NONE, has_side_effect=True)
 
 
+_scale_differentiable = jax_kernel(k.scale_kernel, enable_backward=True)
+_scale_runtime_variant = _runtime_scalars.variant(k.scale_kernel, ("s",))
+_scale_func_differentiable = jax_callable(k.scale_func, enable_backward=True)
+# triple is linear: its tangent map is triple again
+_triple_with_rule = jax_kernel(k.triple_kernel, jvp=lambda x, t: _triple(t))
+
+
+def _value_and_grad_of_runtime_scalar(a: jax.Array, s: jax.Array) -> Any:
+    return jax.value_and_grad(lambda s: jnp.sum(_scale_differentiable(a, s)[0]))(s)
+
+
+def _value_and_grad_of_callable(a: jax.Array) -> Any:
+    return jax.value_and_grad(lambda a: jnp.sum(_scale_func_differentiable(a, 2.0)[0]))(a)
+
+
 def _value_and_grad_of_scale_sum_square(a: jax.Array, b: jax.Array) -> Any:
     # value_and_grad keeps the forward launch (plain grad of a sum needs only the adjoint launch)
     return jax.value_and_grad(lambda a, b: jnp.sum(_scale_sum_square(a, b, 2.0)[0]), argnums=(0, 1))(a, b)
@@ -201,6 +216,30 @@ LOWERING_CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...], list[tuple[
         (_x(),),
         # the pure input's private copy (protect_inputs): result 1 aliases operand 0
         [("jarp_warp_call", "callable", k.scale_func, [((1,), 0)])],
+    ),
+    "runtime-scalar-value-and-grad": (
+        _value_and_grad_of_runtime_scalar,
+        (_x(), jnp.float32(1.5)),
+        [
+            ("jarp_warp_call", "kernel", _scale_runtime_variant, []),
+            ("jarp_warp_call", "adjoint", _scale_runtime_variant, [((3,), 2)]),
+        ],
+    ),
+    "callable-value-and-grad": (
+        _value_and_grad_of_callable,
+        (_x(),),
+        [
+            ("jarp_warp_call", "callable", k.scale_func, [((1,), 0)]),
+            ("jarp_warp_call", "callable_adjoint", k.scale_func, [((3,), 1), ((4,), 2)]),
+        ],
+    ),
+    "jvp-rule": (
+        lambda x: jax.jvp(lambda x: _triple_with_rule(x)[0], (x,), (x,)),
+        (_x(),),
+        [
+            ("jarp_warp_call", "kernel", k.triple_kernel, []),
+            ("jarp_warp_call", "kernel", k.triple_kernel, []),
+        ],
     ),
     "jax-callable-in-out": (
         lambda m, s: _rowsum_func(m, s)[0],
