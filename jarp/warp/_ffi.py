@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import struct
 import sys
 import threading
@@ -27,6 +28,9 @@ from . import _internals, _xla_ffi
 from ._plans import Binding, Plan, registry
 
 TARGET = "jarp_warp_call"
+# A per-process token lowered next to each plan handle (see _primitive._lowering). XLA passes attributes
+# sorted by name, so "plan" stays the first one, which is all the callback reads.
+SESSION = np.int64(int.from_bytes(os.urandom(8), "little") >> 1)
 TARGET_NO_GRAPH = "jarp_warp_call_no_graph"
 _PLATFORMS = ("cpu", "CUDA")
 

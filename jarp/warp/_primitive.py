@@ -110,7 +110,9 @@ def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
         operand_output_aliases=dict(plan.aliases) or None,
         has_side_effect=plan.has_side_effect,
     )
-    return rule(ctx, *operands, plan=np.int64(registry.handle(plan)))
+    # `session` makes the compiled call (and so JAX's persistent-cache key) unique to this process:
+    # plan handles index a process-local registry, so an executable must never be reused by another process.
+    return rule(ctx, *operands, plan=np.int64(registry.handle(plan)), session=_ffi.SESSION)
 
 
 mlir.register_lowering(warp_call_p, _lowering)

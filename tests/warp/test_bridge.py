@@ -117,7 +117,11 @@ _MULTI_DEVICE = textwrap.dedent(
     np.testing.assert_allclose(jax.jit(jax.grad(loss))(xs), 18 * np.arange(32), rtol=1e-6)
     # plain jit with sharded inputs (no shard_map): XLA runs the call on the gathered operand
     np.testing.assert_allclose(jax.jit(jax.grad(lambda a: jnp.sum(g(a, a, 2.0)[0])))(xs), 18 * np.arange(32), rtol=1e-6)
-    print("multi-device ok")
+    print("multi-device ok", flush=True)
+    # Skip interpreter teardown: destroying the 4-device CPU client after Python FFI callbacks ran on its
+    # worker threads hangs now and then (about 1 run in 20 here; plain JAX does not). See the closing note.
+    import os
+    os._exit(0)
     """
 )
 
@@ -156,3 +160,13 @@ def test_side_effect_survives_dead_code_elimination():
 
     jax.block_until_ready(jax.lax.scan(body, 0, jnp.ones((4, 3), jnp.float32)))
     assert _LOG == [3] * 5
+
+
+def test_compiled_calls_are_unique_to_the_process():
+    # plan handles index a process-local registry: the lowered call carries a per-process token, so JAX's
+    # persistent compilation cache can never hand this executable to another process
+    text = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0]).lower(jnp.ones(3, jnp.float32)).as_text()
+    assert f"session = {int(_ffi.SESSION)} : i64" in text
+    code = "from jarp.warp import _ffi; print(int(_ffi.SESSION))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert int(other.stdout.split()[-1]) != int(_ffi.SESSION)
