@@ -297,7 +297,7 @@ def protect_inputs(plan: Plan) -> Plan:
     XLA then hands the function its own copy of each input buffer (or the buffer itself
     when the caller's value is dead after the call), so writes cannot reach the caller.
     """
-    in_out = {op for op, _ in plan.aliases}
+    in_out = {op for op, _ in plan.in_out_aliases}
     extra = [i for i in range(len(plan.operands)) if i not in in_out and i not in plan.scalar_operands]
     if not extra:
         return plan
@@ -324,7 +324,7 @@ def adjoint_plan(plan: Plan) -> Plan:
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
-    in_out = {res: op for op, res in plan.aliases if res not in plan.protected}
+    in_out = {res: op for op, res in plan.in_out_aliases}
     params = []
     for p in plan.params:
         b = p.primal
@@ -377,9 +377,7 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
     ]
     outs = bind(adjoint_plan(plan), config, (*operands, *cts))
     n_ops, n_res = len(plan.operands), len(plan.results)
-    source = dict(enumerate(range(n_ops))) | {
-        op: n_ops + n_res + res for op, res in plan.aliases if res not in plan.protected
-    }
+    source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.in_out_aliases}
     return tuple(_reduce_varying(outs[source[i]], op) if _is_float(op.dtype) else None for i, op in enumerate(operands))
 
 

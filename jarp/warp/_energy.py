@@ -71,17 +71,22 @@ def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
     return out.reshape(())
 
 
-def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: jax.Array) -> list[Any]:
-    """Cotangents of the floating-point ``params`` of ``fn(x, *params)`` (reverse mode, Warp's adjoint)."""
-    idx = [i for i, p in enumerate(params) if _is_float(p)]
+def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx: Sequence[int]) -> Callable[..., Any]:
+    """``fn(x, *params)`` as a function of the params at positions ``idx`` only."""
 
-    def f(*fp: Any) -> Any:
+    def f(*values: Any) -> Any:
         full = list(params)
-        for i, v in zip(idx, fp, strict=True):
+        for i, v in zip(idx, values, strict=True):
             full[i] = v
         return fn(x, *full)
 
-    _, pullback = jax.vjp(f, *[params[i] for i in idx])
+    return f
+
+
+def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: jax.Array) -> list[Any]:
+    """Cotangents of the floating-point ``params`` of ``fn(x, *params)`` (reverse mode, Warp's adjoint)."""
+    idx = [i for i, p in enumerate(params) if _is_float(p)]
+    _, pullback = jax.vjp(_of_params(fn, x, params, idx), *[params[i] for i in idx])
     grads = pullback(ct)
     out: list[Any] = [None] * len(params)
     for i, g in zip(idx, grads, strict=True):
@@ -135,13 +140,7 @@ def _gradient_jvp(primals: Any, tangents: Any) -> Any:
         def mixed(res: Any, lin: Any) -> Any:
             # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
             xx, *pp = res
-
-            def f(*fp: Any) -> Any:
-                full = list(pp)
-                for i, v in zip(idx, fp, strict=True):
-                    full[i] = v
-                return _first(self.grad_fn(xx, *full))
-
+            f = _of_params(lambda x, *p: _first(self.grad_fn(x, *p)), xx, pp, idx)
             return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
 
         def mixed_t(res: Any, cts: Any) -> Any:

@@ -99,6 +99,11 @@ class Plan:
         if not self.operand_batch:
             object.__setattr__(self, "operand_batch", tuple(() for _ in self.operands))
 
+    @property
+    def in_out_aliases(self) -> tuple[tuple[int, int], ...]:
+        """The ``(operand, result)`` pairs of in-out arguments (the protected input copies excluded)."""
+        return tuple((op, res) for op, res in self.aliases if res not in self.protected)
+
     def operand_shape(self, i: int) -> tuple[int, ...]:
         """The full shape of operand ``i``, with the batch dims it carries."""
         batch = tuple(n for n, has in zip(self.batch_shape, self.operand_batch[i], strict=True) if has)
