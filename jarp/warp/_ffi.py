@@ -228,10 +228,10 @@ class _CpuKernelExecutor(_KernelExecutor):
         else:
             self.fn = _ENTRY_FORWARD(self.entry.forward)
         self.bounds_addr = ctypes.addressof(self.bounds)
-        # (word, byte offset of the buffer's entry in the frame's argument or result array)
+        # (word in the argument block, 0/1 for the frame's argument/result array, byte offset of the buffer in it)
         self.fast = None
         if self.nslices == 1 and len(self.blocks) == 1:
-            self.fast = [(slot, 1 if src else 0, 8 * index) for _, slot, src, index, _ in self.slots]
+            self.fast = [(slot, src, 8 * index) for _, slot, src, index, _ in self.slots]
             self.words0, self.raw0 = self.blocks[0][0], self.blocks[0][1]
         self.zero_at = [(8 * j, nbytes) for j, nbytes in self.zero]
 
