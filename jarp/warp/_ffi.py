@@ -25,7 +25,7 @@ import numpy as np
 import warp as wp
 
 from . import _internals, _xla_ffi
-from ._plans import Binding, Plan, registry
+from ._plans import Binding, Plan, Runs, registry
 
 TARGET = "jarp_warp_call"
 # A per-process token lowered next to each plan handle (see _primitive._lowering). XLA passes attributes
@@ -110,7 +110,7 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
         if executor is None:
             plan = registry.plan(key[0])
             device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
-            if plan.kind in ("callable", "callable_adjoint"):
+            if plan.runs is Runs.CALLABLE:
                 executor = _CallableExecutor(plan, device)
             elif device.is_cpu:
                 executor = _CpuKernelExecutor(plan, device)
@@ -162,7 +162,7 @@ class _KernelExecutor(_Executor):
         self.plan = plan
         self.device = device
         kernel = plan.target
-        self.adjoint = plan.kind == "adjoint"
+        self.adjoint = plan.adjoint
         self.entry = _internals.load_entry_points(kernel, device)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
@@ -288,7 +288,7 @@ class _CudaKernelExecutor(_KernelExecutor):
 class _CallableExecutor(_Executor):
     """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers.
 
-    For ``"callable_adjoint"`` plans the function runs under a ``wp.Tape`` with each
+    For adjoint plans the function runs under a ``wp.Tape`` with each
     array's ``.grad`` wrapping its adjoint buffer, and the tape is then played back,
     so the launches it recorded accumulate the input cotangents.
     """
@@ -296,7 +296,7 @@ class _CallableExecutor(_Executor):
     def __init__(self, plan: Plan, device: Any) -> None:
         self.plan = plan
         self.device = device
-        self.adjoint = plan.kind == "callable_adjoint"
+        self.adjoint = plan.adjoint
         self.nslices = math.prod(plan.batch_shape)
         res_nbytes = tuple(b.nbytes for b in plan.results)
         self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]

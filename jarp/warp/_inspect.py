@@ -73,7 +73,8 @@ class PlanInfo:
         handle: the plan's integer handle: the ``plan`` attribute of its
             ``stablehlo.custom_call @jarp_warp_call`` in lowered programs.
         kind: ``"kernel"`` (forward launch), ``"adjoint"`` (Warp's backward kernel, for
-            reverse mode) or ``"callable"`` (a `jax_callable` function).
+            reverse mode), ``"callable"`` (a `jax_callable` function) or ``"callable_adjoint"``
+            (the function run under a ``wp.Tape`` and played back, for reverse mode).
         name: the human-readable name used in error messages.
         kernel: the Warp kernel's key, or the callable's qualified name.
         module: the Warp module the kernel belongs to, or the callable's Python module.
@@ -167,10 +168,10 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
     else:
         kernel = getattr(target, "__qualname__", repr(target))
         module = getattr(target, "__module__", None) or ""
-    adjoint = plan.kind == "adjoint"
+    adjoint = plan.adjoint
     return PlanInfo(
         handle=handle,
-        kind=plan.kind,
+        kind=plan.label,
         name=plan.name,
         kernel=kernel,
         module=module,

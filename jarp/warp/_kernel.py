@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable, Iterable
-from typing import Any, overload
+from collections.abc import Callable, Mapping
+from typing import Any, Unpack, overload
 
 import equinox as eqx
-import jax
 import warp as wp
 
-from . import _analysis, _call, _internals, _rules, _runtime_scalars
-from ._options import ModulePreloadMode, ShapeLike, VmapMethod
-from ._primitive import CallConfig
+from . import _analysis, _dims, _internals, _preload, _runtime_scalars
+from ._binding import BoundCall, warp_dtypes
+from ._module import AbstractWarpModule, make_module
+from ._options import JaxKernelOptions
+from ._planner import build_plan
+from ._plans import Plan, Runs
 from ._signature import (
     Signature,
     check_vmap_method,
@@ -63,7 +64,7 @@ def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any,
         ) from e
 
 
-class JaxKernel(eqx.Module):
+class JaxKernel(AbstractWarpModule):
     """A Warp kernel wrapped as a JAX-callable, immutable Equinox module.
 
     Build it with `jarp.warp.jax_kernel`. All fields are static, so the module has
@@ -72,8 +73,48 @@ class JaxKernel(eqx.Module):
     a model is rebuilt.
 
     Calling it launches the kernel and returns a tuple of output arrays (in-out
-    arguments first, then pure outputs, which start zero-filled).
+    arguments first, then pure outputs, which start zero-filled)::
+
+        kernel(*args, output_dims=None, launch_dims=None, vmap_method=None)
+
+    ``args`` has one value per kernel input (in-out arguments included), in order:
+    JAX or NumPy arrays for array parameters (vector/matrix elements as trailing
+    dims), Python numbers (static) or JAX scalars (runtime, differentiable) for
+    scalar parameters. The keyword options override the module's for this call.
+
+    Attributes:
+        kernel: the ``@wp.kernel``.
+        arg_types_factory: for generic kernels, maps the Warp scalar dtype of each
+            argument to the argument types of the overload to launch (as accepted by
+            ``wp.overload``). Resolved once per dtype signature.
+        num_outputs: how many trailing parameters are outputs, in-out ones included.
+        vmap_method: ``"sequential"`` (default: every batch slice gets its own launch,
+            all inside one FFI call; correct for any kernel) or ``"broadcast_all"``
+            (fold the batch into the first launch dim, as Warp does; only correct for
+            elementwise kernels).
+        launch_dims: default launch dims; otherwise the first array input's Warp shape.
+        output_dims: default dims of the pure outputs: an int, a tuple, or a dict by
+            output name, with or without vector/matrix element dims. Otherwise the
+            launch dims.
+        in_out_argnames: inputs that the kernel updates in place and that are returned.
+        module_preload_mode: where to compile and load the kernel's module at trace time.
+        enable_backward: make the module differentiable in reverse mode (``jax.grad``,
+            ``jax.vjp``) through Warp's generated adjoint kernel.
+        jvp: a jarp module (or any JAX-traceable function) giving forward-mode
+            derivatives: ``jvp(*inputs, *tangents)`` returns one tangent per output,
+            with one tangent per floating-point array input. It makes ``jax.jvp``,
+            ``jax.jacfwd`` and ``jax.linearize`` work. Reverse mode then uses ``vjp``
+            if given, else Warp's adjoint of the kernel itself when
+            ``enable_backward=True`` (one adjoint launch), else Warp's adjoint of the
+            ``jvp`` module, transposed.
+        vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
+            *cotangents)`` returns one cotangent per floating-point array input,
+            given one cotangent per output. Replaces Warp's adjoint.
     """
+
+    _what = _WHAT
+    _call_options = ("output_dims", "launch_dims", "vmap_method")
+    _runtime_scalars = True
 
     kernel: wp.Kernel = eqx.field(static=True)
     arg_types_factory: Callable[..., Any] | None = eqx.field(static=True, default=None)
@@ -128,155 +169,61 @@ class JaxKernel(eqx.Module):
                 "(wp.overload(kernel, [...]))."
             )
 
-    def __call__(
-        self,
-        *args: Any,
-        output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
-        launch_dims: ShapeLike | None = None,
-        vmap_method: VmapMethod | None = None,
-    ) -> tuple[jax.Array, ...]:
-        """Launch the kernel.
+    def _unresolved_target(self) -> Any:
+        return self.kernel
 
-        Args:
-            *args: one value per kernel input (in-out arguments included), in order: JAX or
-                NumPy arrays for array parameters (vector/matrix elements as trailing dims),
-                Python numbers for scalar parameters.
-            output_dims: dims of the pure outputs for this call (overrides the module's).
-            launch_dims: launch dims for this call (overrides the module's).
-            vmap_method: how this call batches under `jax.vmap` (overrides the module's).
+    def _resolve(self, args: tuple[Any, ...]) -> wp.Kernel:
+        if self.arg_types_factory is None:
+            return self.kernel
+        return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args))
 
-        Returns:
-            The outputs: in-out arguments first, then the pure outputs.
-        """
-        options = {"output_dims": output_dims, "launch_dims": launch_dims, "vmap_method": vmap_method}
-        out = _call.try_eager(self, args, options)
-        return out if out is not None else self.trace_call(*args, **options)
+    def _signature(self, target: wp.Kernel) -> Signature:
+        return _signature(target, self.num_outputs, self.in_out_argnames)
 
-    def trace_call(
-        self,
-        *args: Any,
-        output_dims: Any = None,
-        launch_dims: Any = None,
-        vmap_method: str | None = None,
-    ) -> tuple[jax.Array, ...]:
-        """Bind the kernel's launch into the current JAX trace (what `__call__` does under `jit`)."""
-        if self.jvp is not None or self.vjp is not None:
-            bare = dataclasses.replace(self, jvp=None, vjp=None)
-            primal = functools.partial(
-                bare.trace_call, output_dims=output_dims, launch_dims=launch_dims, vmap_method=vmap_method
-            )
-            return _rules.call_with_rules(primal, args, self.jvp, self.vjp, f"{_WHAT} kernel {self.kernel.key!r}")
-        kernel = self.kernel
-        if self.arg_types_factory is not None:
-            kernel = _overload(kernel, self.arg_types_factory, _call.warp_dtypes(args))
-        sig = _signature(kernel, self.num_outputs, self.in_out_argnames)
-        runtime = _call.runtime_scalar_names(sig, args)
-        if runtime:
-            args = _call.runtime_scalar_operands(sig, args, runtime, f"{_WHAT} kernel {kernel.key!r}")
-            kernel = _runtime_scalars.variant(kernel, runtime)
-            sig = _signature(kernel, self.num_outputs, self.in_out_argnames)
-        operands, statics = _call.check_args(sig, args, _WHAT + f" kernel {kernel.key!r}")
-        what = f"{_WHAT} kernel {kernel.key!r}"
-        dims = _call.resolve_launch_dims(
-            launch_dims if launch_dims is not None else self.launch_dims, sig, operands, what
-        )
-        out_dims = (
-            normalize_output_dims(output_dims, f"{what}: output_dims") if output_dims is not None else self.output_dims
-        )
-        results = _call.resolve_output_buffers(sig, operands, out_dims, dims, what)
-        config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
-        _call.preload(kernel, self.module_preload_mode)
-        plan = _call.build_plan(
-            "kernel",
-            kernel,
-            sig,
-            operands,
-            statics,
+    def _describe(self, target: wp.Kernel) -> str:
+        return f"{_WHAT} kernel {target.key!r}"
+
+    def _plan(self, target: wp.Kernel, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
+        if bound.runtime_scalars:
+            target = _runtime_scalars.variant(target, bound.runtime_scalars)
+        requested = options.get("launch_dims")
+        dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
+        results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
+        _preload.preload(target, self.module_preload_mode)
+        return build_plan(
+            Runs.KERNEL,
+            target,
+            self._signature(target),
+            bound,
             results,
             dims,
             has_side_effect=False,
             graph_compatible=True,
-            name=f"jax_kernel({kernel.key})",
+            name=f"jax_kernel({target.key})",
         )
-        return _call.launch(plan, config, operands, self.enable_backward)
 
 
 @overload
-def jax_kernel(
-    kernel: None = None,
-    *,
-    arg_types_factory: Callable[..., Any] | None = None,
-    num_outputs: int = 1,
-    vmap_method: VmapMethod = "sequential",
-    launch_dims: ShapeLike | None = None,
-    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
-    in_out_argnames: Iterable[str] = (),
-    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
-    enable_backward: bool = False,
-    jvp: Callable[..., Any] | None = None,
-    vjp: Callable[..., Any] | None = None,
-) -> Callable[[Any], JaxKernel]: ...
+def jax_kernel(kernel: None = None, **options: Unpack[JaxKernelOptions]) -> Callable[[wp.Kernel], JaxKernel]: ...
 @overload
+def jax_kernel(kernel: wp.Kernel, **options: Unpack[JaxKernelOptions]) -> JaxKernel: ...
 def jax_kernel(
-    kernel: Any,
-    *,
-    arg_types_factory: Callable[..., Any] | None = None,
-    num_outputs: int = 1,
-    vmap_method: VmapMethod = "sequential",
-    launch_dims: ShapeLike | None = None,
-    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
-    in_out_argnames: Iterable[str] = (),
-    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
-    enable_backward: bool = False,
-    jvp: Callable[..., Any] | None = None,
-    vjp: Callable[..., Any] | None = None,
-) -> JaxKernel: ...
-def jax_kernel(
-    kernel: Any = None,
-    *,
-    arg_types_factory: Callable[..., Any] | None = None,
-    num_outputs: int = 1,
-    vmap_method: VmapMethod = "sequential",
-    launch_dims: ShapeLike | None = None,
-    output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
-    in_out_argnames: Iterable[str] = (),
-    module_preload_mode: ModulePreloadMode = wp.JaxModulePreloadMode.CURRENT_DEVICE,
-    enable_backward: bool = False,
-    jvp: Callable[..., Any] | None = None,
-    vjp: Callable[..., Any] | None = None,
-) -> JaxKernel | Callable[[Any], JaxKernel]:
+    kernel: wp.Kernel | None = None, **options: Unpack[JaxKernelOptions]
+) -> JaxKernel | Callable[[wp.Kernel], JaxKernel]:
     """Wrap a Warp kernel as a `JaxKernel` module callable from JAX.
 
     Kernel parameters are inputs first, then outputs; the last ``num_outputs``
     parameters (plus any ``in_out_argnames``) are returned. Pure outputs start
     zero-filled, so kernels may accumulate into them with ``wp.atomic_add``.
+    Calling it again with equal arguments returns the same module while that one
+    is alive (modules are immutable, so sharing them is safe).
 
     Args:
         kernel: a ``@wp.kernel``. Omit it to get a decorator.
-        arg_types_factory: for generic kernels, maps the Warp scalar dtype of each
-            runtime argument to the argument types of the overload to launch (as
-            accepted by ``wp.overload``). Resolved once per dtype signature.
-        num_outputs: how many trailing parameters are outputs, in-out ones included.
-        vmap_method: ``"sequential"`` (default: every batch slice gets its own launch,
-            all inside one FFI call; correct for any kernel) or ``"broadcast_all"``
-            (fold the batch into the first launch dim, as Warp does; only correct for
-            elementwise kernels).
-        launch_dims: default launch dims; otherwise the first array input's Warp shape.
-        output_dims: default dims of the pure outputs: an int, a tuple, or a dict by
-            output name, with or without vector/matrix element dims. Otherwise the
-            launch dims.
-        in_out_argnames: inputs that the kernel updates in place and that are returned.
-        module_preload_mode: where to compile and load the kernel's module at trace time.
-        enable_backward: make the module differentiable in reverse mode (``jax.grad``,
-            ``jax.vjp``) through Warp's generated adjoint kernel.
-        jvp: a jarp module (or any JAX-traceable function) giving forward-mode
-            derivatives: ``jvp(*inputs, *tangents)`` returns one tangent per output,
-            with one tangent per floating-point array input. It makes ``jax.jvp``,
-            ``jax.jacfwd`` and ``jax.linearize`` work; reverse mode then transposes
-            it through ``vjp`` (or through Warp's adjoint of ``jvp`` itself).
-        vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
-            *cotangents)`` returns one cotangent per floating-point array input,
-            given one cotangent per output. Replaces Warp's adjoint.
+        **options: the module's options (keyword only), described under `JaxKernel`:
+            ``arg_types_factory``, ``num_outputs``, ``vmap_method``, ``launch_dims``,
+            ``output_dims``, ``in_out_argnames``, ``module_preload_mode``,
+            ``enable_backward``, ``jvp``, ``vjp``.
 
     Returns:
         A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.
@@ -291,19 +238,6 @@ def jax_kernel(
         (y,) = jarp.warp.jax_kernel(triple)(jnp.arange(4.0))
         ```
     """
-    options = {
-        "arg_types_factory": arg_types_factory,
-        "num_outputs": num_outputs,
-        "vmap_method": vmap_method,
-        "launch_dims": launch_dims,
-        # normalised here too: Equinox flattens constructor arguments before converters run
-        "output_dims": normalize_output_dims(output_dims, f"{_WHAT}: output_dims"),
-        "in_out_argnames": in_out_argnames,
-        "module_preload_mode": module_preload_mode,
-        "enable_backward": enable_backward,
-        "jvp": jvp,
-        "vjp": vjp,
-    }
     if kernel is None:
-        return lambda k: JaxKernel(k, **options)
-    return JaxKernel(kernel, **options)
+        return lambda k: make_module(JaxKernel, k, dict(options))
+    return make_module(JaxKernel, kernel, dict(options))

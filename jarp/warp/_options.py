@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol, TypedDict, Unpack
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 import jax
 import warp as wp
@@ -15,8 +15,9 @@ ModulePreloadMode = wp.JaxModulePreloadMode
 
 
 class JaxKernelOptions(TypedDict, total=False):
-    """Construction options of `jarp.warp.jax_kernel`."""
+    """Construction options of `jarp.warp.jax_kernel` (the fields of `jarp.warp.JaxKernel` after ``kernel``)."""
 
+    arg_types_factory: Callable[..., Any] | None
     num_outputs: int
     vmap_method: VmapMethod
     launch_dims: ShapeLike | None
@@ -24,6 +25,8 @@ class JaxKernelOptions(TypedDict, total=False):
     in_out_argnames: Iterable[str]
     module_preload_mode: ModulePreloadMode
     enable_backward: bool
+    jvp: Callable[..., Any] | None
+    vjp: Callable[..., Any] | None
 
 
 class JaxKernelCallOptions(TypedDict, total=False):
@@ -35,11 +38,12 @@ class JaxKernelCallOptions(TypedDict, total=False):
 
 
 class JaxCallableOptions(TypedDict, total=False):
-    """Construction options of `jarp.warp.jax_callable`."""
+    """Construction options of `jarp.warp.jax_callable` (the fields of `jarp.warp.JaxCallable` after ``func``)."""
 
+    generic: bool
     num_outputs: int
     graph_mode: GraphMode
-    vmap_method: VmapMethod | None
+    vmap_method: VmapMethod
     output_dims: ShapeLike | dict[str, ShapeLike] | None
     in_out_argnames: Iterable[str]
     stage_in_argnames: Iterable[str]
@@ -47,6 +51,10 @@ class JaxCallableOptions(TypedDict, total=False):
     graph_cache_max: int | None
     module_preload_mode: ModulePreloadMode
     has_side_effect: bool
+    enable_backward: bool
+    protect_inputs: bool
+    jvp: Callable[..., Any] | None
+    vjp: Callable[..., Any] | None
 
 
 class JaxCallableCallOptions(TypedDict, total=False):

@@ -12,6 +12,7 @@ configurations.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import threading
 from typing import Any, Literal
@@ -20,7 +21,12 @@ import numpy as np
 
 from ._signature import ArgSpec
 
-Kind = Literal["kernel", "adjoint", "callable", "callable_adjoint"]
+
+class Runs(enum.Enum):
+    """What a plan runs: a Warp kernel's compiled entry point, or a Python function that launches kernels."""
+
+    KERNEL = "kernel"
+    CALLABLE = "callable"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +68,10 @@ class Plan:
     """A static launch configuration.
 
     Attributes:
-        kind: ``"kernel"`` (forward entry point), ``"adjoint"`` (backward entry point) or
-            ``"callable"`` (a Python function that launches Warp kernels).
+        runs: what the plan runs: a kernel (`Runs.KERNEL`) or a Python function that launches
+            Warp kernels (`Runs.CALLABLE`).
+        adjoint: whether it runs the reverse-mode pass (the kernel's backward entry point, or the
+            function under a ``wp.Tape`` played back) instead of the forward one.
         target: the kernel overload, or the Python function.
         params: the parameters in call order, with their bindings.
         launch_dims: the Warp launch dims (ignored for callables).
@@ -79,7 +87,8 @@ class Plan:
         name: a human-readable name for errors and inspection.
     """
 
-    kind: Kind
+    runs: Runs
+    adjoint: bool
     target: Any
     params: tuple[Param, ...]
     launch_dims: tuple[int, ...]
@@ -98,6 +107,13 @@ class Plan:
     def __post_init__(self) -> None:
         if not self.operand_batch:
             object.__setattr__(self, "operand_batch", tuple(() for _ in self.operands))
+
+    @property
+    def label(self) -> str:
+        """``"kernel"``, ``"adjoint"``, ``"callable"`` or ``"callable_adjoint"`` (for inspection and messages)."""
+        if self.runs is Runs.KERNEL:
+            return "adjoint" if self.adjoint else "kernel"
+        return "callable_adjoint" if self.adjoint else "callable"
 
     @property
     def in_out_aliases(self) -> tuple[tuple[int, int], ...]:

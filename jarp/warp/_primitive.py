@@ -18,14 +18,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as _jax_core
-from jax._src import effects as _jax_effects
-from jax._src import mesh as _jax_mesh
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _ffi
-from ._plans import Buffer, Plan, registry
+from . import _ffi, _jax_internals
+from ._plans import Buffer, Plan, Runs, registry
 from ._signature import FOLD_METHODS
 
 warp_call_p = Primitive("jarp_warp_call")
@@ -44,7 +41,7 @@ def bind(plan: Plan, config: CallConfig, operands: Sequence[Any]) -> tuple[jax.A
     return tuple(warp_call_p.bind(*operands, plan=plan, config=config))
 
 
-class WarpSideEffect(_jax_effects.Effect):
+class WarpSideEffect(_jax_internals.Effect):
     """Marks a call declared ``has_side_effect=True``: JAX and XLA keep it even when its outputs are unused."""
 
     def __str__(self) -> str:
@@ -52,11 +49,7 @@ class WarpSideEffect(_jax_effects.Effect):
 
 
 _SIDE_EFFECT = WarpSideEffect()
-# JAX has no public API to declare a primitive's effects; this mirrors what jax.ffi.ffi_call does.
-_jax_effects.lowerable_effects.add_type(WarpSideEffect)
-_jax_effects.control_flow_allowed_effects.add_type(WarpSideEffect)
-_jax_effects.custom_derivatives_allowed_effects.add_type(WarpSideEffect)
-_jax_effects.remat_allowed_effects.add_type(WarpSideEffect)
+_jax_internals.register_effect(WarpSideEffect)
 
 
 def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> Any:
@@ -80,9 +73,7 @@ def _result_aval(shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any
     vma = frozenset().union(*(getattr(getattr(a, "mat", None), "varying", frozenset()) for a in operands))
     if not vma:
         return jax.core.ShapedArray(shape, dtype)
-    mat = _jax_core.ManualAxisType(varying=vma, unreduced=frozenset(), reduced=frozenset())
-    sharding = jax.sharding.NamedSharding(_jax_mesh.get_abstract_mesh(), jax.sharding.PartitionSpec())
-    return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
+    return _jax_internals.varying_aval(shape, dtype, vma)
 
 
 warp_call_p.def_effectful_abstract_eval(_abstract_eval)
@@ -137,11 +128,7 @@ def _batch(args: Sequence[Any], dims: Sequence[int | None], *, plan: Plan, confi
         if not mapped[i]:
             args[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
             mapped[i] = True
-    foldable = (
-        not plan.batch_shape
-        and not plan.kind.startswith("callable")
-        and not any(mapped[i] for i in plan.scalar_operands)
-    )
+    foldable = not plan.batch_shape and plan.runs is Runs.KERNEL and not any(mapped[i] for i in plan.scalar_operands)
     if config.vmap_method in FOLD_METHODS and foldable:
         return _fold(args, mapped, size, plan, config), [0] * len(plan.results)
     new = dataclasses.replace(

@@ -120,8 +120,21 @@ def call_with_rules(
     jvp: Callable[..., Any] | None,
     vjp: Callable[..., Any] | None,
     what: str,
+    *,
+    primal_differentiable: bool = False,
 ) -> tuple[jax.Array, ...]:
-    """Call ``primal(*args)`` with derivatives given by the ``jvp``/``vjp`` modules."""
+    """Call ``primal(*args)`` with derivatives given by the ``jvp``/``vjp`` modules.
+
+    Args:
+        primal: the module's launch without rules.
+        args: the call's arguments.
+        jvp: the forward-mode rule, or None.
+        vjp: the reverse-mode rule, or None.
+        what: the module's name, for messages.
+        primal_differentiable: ``primal`` itself is differentiable in reverse mode (through
+            Warp's adjoint, ``enable_backward=True``). With ``jvp`` and no ``vjp``, reverse
+            mode then pulls back through it (one adjoint launch) instead of transposing ``jvp``.
+    """
     args = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
     diff = [i for i, a in enumerate(args) if _is_float_array(a)]
     static = {i: a for i, a in enumerate(args) if i not in diff}
@@ -161,6 +174,10 @@ def call_with_rules(
         cts = _as_tuple(cts)
         if vjp is not None:
             out = _as_tuple(vjp(*merge(res), *cts))
+        elif primal_differentiable:
+            # The primal's own adjoint: its forward launch is dead code here and removed by XLA.
+            _, pullback = jax.vjp(f, *res)
+            out = pullback(tuple(cts))
         else:
             # Transpose the tangent map through Warp's adjoint of the jvp module itself.
             zeros = [jnp.zeros_like(r) for r in res]

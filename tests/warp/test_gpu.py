@@ -273,7 +273,7 @@ def _check_lowering(
         assert call["plan"] is not None, f"custom call without a plan handle: {call}"
         assert call["aliases"] == aliases
         plan = registry.plan(call["plan"])
-        assert plan.kind == kind
+        assert plan.label == kind
         assert _same_target(plan.target, launched), (plan.target, launched)
         assert call["side_effect"] == plan.has_side_effect
         assert (target == "jarp_warp_call") == plan.graph_compatible

@@ -131,6 +131,18 @@ def test_adjoint_plan_record() -> None:
     assert all(p.adjoint == "" for p in forward.params)
 
 
+def test_callable_adjoint_plan_record_names_its_adjoint_bindings() -> None:
+    m = jax_callable(k.scale_func, enable_backward=True)
+    f = jax.value_and_grad(lambda a: jnp.sum(m(a, 2.0)[0]))
+    forward, adjoint = _info(f, jnp.ones(4, jnp.float32))
+    assert (forward.kind, adjoint.kind) == ("callable", "callable_adjoint")
+    assert [(p.name, p.primal, p.adjoint) for p in adjoint.params] == [
+        ("a", "operand 0", "result 0"),
+        ("s", "static 2.0", "static 0.0"),
+        ("out", "result 1", "result 3"),  # results: a_bar, out, the protected copy of a, then out_bar
+    ]
+
+
 def test_vmap_plans_record_the_batch_layout() -> None:
     triple = jax_kernel(k.triple_kernel)
     (seq,) = _info(jax.vmap(lambda x: triple(x)[0]), jnp.ones((3, 5), jnp.float32))

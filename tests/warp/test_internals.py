@@ -1,12 +1,13 @@
 """Warp and XLA internals that jarp relies on still have the shape it expects.
 
 These fail loudly after a Warp or jaxlib upgrade that moves them, pointing at
-``jarp/warp/_internals.py`` / ``jarp/warp/_xla_ffi.py``, the only modules to update.
+``jarp/warp/_internals.py`` / ``jarp/warp/_jax_internals.py`` / ``jarp/warp/_xla_ffi.py``, the only
+modules to update.
 """
 
 import warp as wp
 
-from jarp.warp import _internals, _xla_ffi
+from jarp.warp import _internals, _jax_internals, _xla_ffi
 
 from . import kernels as k
 
@@ -61,10 +62,16 @@ def test_default_cuda_arch_is_one_warp_can_compile_for():
 
 def test_jax_internals_used_by_the_primitive():
     # jarp_warp_call declares its side effect and its manual-axis (shard_map) typing through these.
-    from jax._src import core, effects, mesh
+    _jax_internals.check_internals()
 
-    assert hasattr(effects, "lowerable_effects")
-    assert hasattr(effects, "control_flow_allowed_effects")
-    mat = core.ManualAxisType(varying=frozenset(), unreduced=frozenset(), reduced=frozenset())
-    assert mat.varying == frozenset()
-    assert callable(mesh.get_abstract_mesh)
+
+def test_jax_internals_are_only_imported_in_one_module():
+    import pathlib
+
+    package = pathlib.Path(_jax_internals.__file__).parent.parent
+    users = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if "jax._src" in p.read_text() and p.name != "_jax_internals.py"
+    )
+    assert users == []

@@ -1,7 +1,7 @@
 """Every runnable JAX example of Warp's interop guide, ported to ``jarp.warp`` and checked against NumPy.
 
 Source: the "Using Warp kernels as JAX primitives" section of Warp's interoperability guide
-(/work/shared/reference/warp-interop.rst). Differences from the guide: ``from jarp.warp import jax_kernel,
+(``docs/user_guide/interoperability.rst`` in NVIDIA/warp). Differences from the guide: ``from jarp.warp import jax_kernel,
 jax_callable``; a jarp call ALWAYS returns a tuple (so ``(out,) = jax_triple(x)``); the kernels live in
 ``tests/warp/kernels.py``; and every example asserts its values instead of printing them.
 """

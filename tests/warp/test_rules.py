@@ -73,3 +73,35 @@ def test_rule_returning_the_wrong_count_is_named():
     m = jax_kernel(K.prod_sum64, vjp=lambda a, b, s, ct: (s * b * ct,))  # one cotangent for two inputs
     with pytest.raises(TypeError, match="vjp"):
         jax.grad(lambda a: jnp.sum(m(a, a, 2.0)[0]))(X)
+
+
+def _adjoint_launches(fn, *args):
+    """The (kind, kernel key) of every adjoint custom call in ``fn``'s lowered program."""
+    import re
+
+    from jarp.warp import list_plans
+
+    text = jax.jit(fn).lower(*args).as_text()
+    plans = list_plans()
+    handles = [int(h) for h in re.findall(r"plan = (\d+) : i64", text)]
+    return sorted((plans[h].kind, plans[h].kernel) for h in handles if plans[h].kind == "adjoint")
+
+
+def test_reverse_mode_with_jvp_and_enable_backward_uses_the_primal_adjoint():
+    # The user asked for the primal's Warp adjoint: reverse mode must not transpose the jvp module
+    # (which has no enable_backward here, so transposing it would fail).
+    m = _cube(jvp=jax_kernel(K.cube64_jvp), enable_backward=True)
+    loss = lambda x: jnp.sum(m(x)[0] ** 2)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(loss)(X), 6 * X**5)
+    check_grads(lambda x: m(x)[0], (X,), order=1, modes=["fwd", "rev"])
+    # one adjoint launch, of the primal kernel
+    assert _adjoint_launches(jax.grad(loss), X) == [("adjoint", "cube64")]
+    # forward mode still uses the tangent kernel
+    np.testing.assert_allclose(jax.jvp(lambda x: m(x)[0], (X,), (X,))[1], 3 * X**3)
+
+
+def test_reverse_mode_without_primal_adjoint_transposes_the_jvp_module():
+    m = _cube(jvp=jax_kernel(K.cube64_jvp, enable_backward=True))
+    loss = lambda x: jnp.sum(m(x)[0])  # noqa: E731
+    np.testing.assert_allclose(jax.grad(loss)(X), 3 * X**2)
+    assert _adjoint_launches(jax.grad(loss), X) == [("adjoint", "cube64_jvp")]

@@ -1,0 +1,107 @@
+"""Reverse mode through Warp's adjoint: the adjoint plan and the custom VJP that launches it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import warp as wp
+
+from ._plans import Binding, Buffer, Param, Plan
+from ._primitive import CallConfig, bind
+
+
+@functools.lru_cache(maxsize=4096)
+def adjoint_plan(plan: Plan) -> Plan:
+    """The plan of the backward launch of a forward kernel plan.
+
+    Operands: the forward array operands, then one cotangent per forward result.
+    Results: one cotangent per forward operand (zero-filled), a zero-filled stand-in
+    for each forward result (the adjoint replays the forward pass as it was before
+    the launch, when pure outputs were zero), and a writable copy of each incoming
+    cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
+    """
+    n_ops, n_res = len(plan.operands), len(plan.results)
+    in_out = {res: op for op, res in plan.in_out_aliases}
+    params = []
+    for p in plan.params:
+        b = p.primal
+        if b.source == "operand":
+            params.append(Param(p.spec, b, Binding("result", b.index)))
+        elif b.source == "result" and b.index in in_out:
+            # In-out: replay from the value before the launch; the incoming cotangent buffer
+            # accumulates the adjoint of the reads and becomes the input's cotangent.
+            params.append(
+                Param(p.spec, Binding("operand", in_out[b.index]), Binding("result", n_ops + n_res + b.index))
+            )
+        elif b.source == "result":
+            params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
+        else:
+            zero = 0.0 if wp.types.type_is_float(p.spec.dtype) else 0
+            params.append(Param(p.spec, b, Binding("static", value=zero)))
+    cotangents = tuple(Buffer(r.shape, r.dtype) for r in plan.results)
+    return dataclasses.replace(
+        plan,
+        adjoint=True,
+        params=tuple(params),
+        operands=plan.operands + cotangents,
+        results=plan.operands + plan.results + cotangents,
+        zero_results=tuple(range(n_ops + n_res)),
+        aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res)),
+        batch_shape=(),
+        operand_batch=(),
+        protected=(),
+        name=plan.name + " (adjoint)",
+    )
+
+
+def _is_float(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _differentiable(plan: Plan, config: CallConfig, *operands: Any) -> tuple[jax.Array, ...]:
+    return bind(plan, config, operands)
+
+
+def _fwd(plan: Plan, config: CallConfig, *operands: Any) -> Any:
+    return bind(plan, config, operands), operands
+
+
+def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
+    cts = [
+        ct if ct is not None and ct.dtype == r.dtype else jnp.zeros(plan.result_shape(j), r.dtype)
+        for j, (ct, r) in enumerate(zip(cts, plan.results, strict=True))
+    ]
+    outs = bind(adjoint_plan(plan), config, (*operands, *cts))
+    n_ops, n_res = len(plan.operands), len(plan.results)
+    source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.in_out_aliases}
+    return tuple(_reduce_varying(outs[source[i]], op) if _is_float(op.dtype) else None for i, op in enumerate(operands))
+
+
+def _varying(x: Any) -> frozenset[Any]:
+    return frozenset(getattr(getattr(jax.typeof(x), "mat", None), "varying", frozenset()))
+
+
+def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
+    """Inside ``shard_map``, sum a cotangent over the mesh axes along which its primal is replicated.
+
+    The adjoint launch varies over every axis any of its operands varies over; an input that was
+    the same on every device (a shared stiffness, say) collects one contribution per device.
+    """
+    extra = tuple(sorted(_varying(ct) - _varying(primal), key=str))
+    return jax.lax.psum(ct, extra) if extra else ct
+
+
+_differentiable.defvjp(_fwd, _bwd)
+
+
+def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:
+    """Bind ``plan`` (through Warp's adjoint when ``differentiable``)."""
+    if differentiable:
+        return tuple(_differentiable(plan, config, *operands))
+    return bind(plan, config, operands)

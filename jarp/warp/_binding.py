@@ -1,0 +1,166 @@
+"""Argument binding: one pass over a signature turns a call's arguments into what a plan needs.
+
+A module call passes JAX/NumPy arrays and Python numbers positionally, one per
+input parameter. `bind_arguments` checks each against its parameter (dtype,
+dims, vector/matrix element dims, integer ranges) and sorts it into the array
+operands XLA passes to the FFI call, the static values baked into the plan, and
+the runtime (traced) scalars that a kernel reads from one-element arrays. Every
+error names the parameter and says what to pass instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import warp as wp
+
+from ._signature import ArgSpec, Signature
+
+
+def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The Warp scalar dtype of each argument (Python scalars follow JAX's precision), for generic targets."""
+    out = []
+    for a in args:
+        try:
+            out.append(wp.dtype_from_jax(jax.dtypes.result_type(a)))
+        except Exception as e:
+            raise TypeError(f"cannot infer a Warp dtype from argument {a!r}: {e}") from None
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundCall:
+    """A call's arguments bound to the inputs of a signature.
+
+    Attributes:
+        sig: the signature the arguments were bound to.
+        operands: the array operands in input order, as JAX arrays; a runtime scalar is a
+            one-element array in its parameter's place.
+        statics: the static scalar values, by parameter name.
+        runtime_scalars: the names of scalar parameters given JAX values (runtime scalars).
+    """
+
+    sig: Signature
+    operands: tuple[jax.Array, ...]
+    statics: Mapping[str, Any]
+    runtime_scalars: tuple[str, ...] = ()
+
+    def operand_specs(self) -> tuple[ArgSpec, ...]:
+        """The input parameter behind each operand (a runtime scalar's is its scalar parameter)."""
+        return tuple(p for p in self.sig.inputs if p.is_array or p.name in self.runtime_scalars)
+
+    @property
+    def scalar_operands(self) -> tuple[int, ...]:
+        """Indices of the operands that carry a runtime scalar."""
+        return tuple(i for i, p in enumerate(self.operand_specs()) if not p.is_array)
+
+
+def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_scalars: bool) -> BoundCall:
+    """Check ``args`` against the inputs of ``sig`` and bind them, in one pass.
+
+    Args:
+        sig: the target's signature.
+        args: the call's positional arguments, one per input (in-out ones included).
+        what: the module's name, for error messages.
+        runtime_scalars: whether scalar parameters may take JAX arrays (kernels read them
+            from one-element arrays); otherwise a traced scalar is an error and a concrete
+            one is taken as static.
+
+    Returns:
+        The `BoundCall`.
+
+    Raises:
+        TypeError / ValueError naming the offending argument.
+    """
+    inputs = sig.inputs
+    if len(args) != len(inputs):
+        names = ", ".join(p.name for p in inputs) or "none"
+        raise TypeError(f"{what} takes {len(inputs)} input(s) ({names}), got {len(args)}.")
+    operands, statics, runtime = [], {}, []
+    for spec, value in zip(inputs, args, strict=True):
+        if spec.is_array:
+            operands.append(_check_array(spec, value, what))
+        elif runtime_scalars and isinstance(value, jax.Array):
+            operands.append(_runtime_scalar(spec, value, what))
+            runtime.append(spec.name)
+        else:
+            statics[spec.name] = _check_scalar(spec, value, what)
+    return BoundCall(sig, tuple(operands), statics, tuple(runtime))
+
+
+def _runtime_scalar(spec: ArgSpec, value: jax.Array, what: str) -> jax.Array:
+    if np.shape(value) not in ((), (1,)):
+        raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+    expected = spec.np_dtype
+    if np.dtype(value.dtype) != expected:
+        raise TypeError(
+            f"{what}: scalar argument {spec.name!r} got a {np.dtype(value.dtype)} array, but the kernel parameter "
+            f"is {expected}; cast it with .astype(jnp.{expected.name}) or pass a Python number (static)."
+        )
+    return jnp.reshape(value, (1,))
+
+
+def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
+    if not isinstance(value, (jax.Array, np.ndarray)):
+        if isinstance(value, (int, float, bool, list, tuple)):
+            value = np.asarray(value)
+        else:
+            raise TypeError(
+                f"{what}: argument {spec.name!r} expects a {spec.describe()} as a JAX or NumPy array, "
+                f"got {type(value).__name__}."
+            )
+    dtype = np.dtype(value.dtype)
+    if dtype != spec.np_dtype:
+        raise TypeError(
+            f"{what}: argument {spec.name!r} has dtype {dtype}, but the kernel expects {spec.np_dtype} "
+            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
+            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
+            + "."
+        )
+    shape = tuple(value.shape)
+    if len(shape) != spec.jax_ndim:
+        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
+        raise TypeError(
+            f"{what}: argument {spec.name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}. "
+            "To run over a batch, use jax.vmap instead of adding leading dims."
+        )
+    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
+        raise TypeError(
+            f"{what}: argument {spec.name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing "
+            f"dims must be {spec.inner_shape}, got shape {shape}."
+        )
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
+def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{what}: scalar argument {spec.name!r} got a traced value ({value.aval.str_short()}); scalar "
+            "parameters of a jax_callable are static. Pass a Python number (e.g. mark it static with "
+            "jax.jit(..., static_argnames=...)) or make it a one-element array parameter."
+        )
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        if np.ndim(value) != 0:
+            raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+        value = np.asarray(value).item()
+    if isinstance(value, complex) or not isinstance(value, (bool, int, float)):
+        raise TypeError(f"{what}: scalar argument {spec.name!r} expects a number, got {type(value).__name__}.")
+    scalar = spec.dtype
+    if wp.types.type_is_float(scalar):
+        return float(value)
+    if scalar is wp.bool:
+        return bool(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise TypeError(f"{what}: scalar argument {spec.name!r} is an integer parameter, got {value!r}.")
+    info = np.iinfo(spec.np_dtype)
+    if not info.min <= int(value) <= info.max:
+        raise ValueError(
+            f"{what}: scalar argument {spec.name!r} = {value} does not fit the parameter's {spec.np_dtype} "
+            f"range [{info.min}, {info.max}]."
+        )
+    return int(value)

@@ -1,0 +1,87 @@
+"""Launch dims and result buffers of a bound call: what Warp launches over and what XLA allocates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._binding import BoundCall
+from ._plans import Buffer
+from ._signature import check_launch_dims, normalize_dims, output_dims_for
+
+
+def default_launch_dims(bound: BoundCall) -> tuple[int, ...] | None:
+    """The first array input's Warp shape (runtime scalars aside), or None if there is no array input."""
+    for spec, op in zip(bound.operand_specs(), bound.operands, strict=True):
+        if spec.is_array:
+            return tuple(op.shape[: spec.warp_ndim])
+    return None
+
+
+def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
+    """The launch dims: ``requested`` if given, else the first array input's Warp shape."""
+    if requested is None:
+        dims = default_launch_dims(bound)
+        if dims is None:
+            raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
+        return dims
+    return check_launch_dims(normalize_dims(requested, f"{what}: launch_dims"), f"{what}: launch_dims")
+
+
+def result_buffers(
+    bound: BoundCall,
+    output_dims: Any,
+    default_dims: tuple[int, ...] | None,
+    what: str,
+) -> list[Buffer]:
+    """Buffers of all results: in-out first (shaped like their inputs), then pure outputs.
+
+    Args:
+        bound: the bound call.
+        output_dims: normalised ``output_dims`` (None, a tuple of ints, or sorted ``(name, dims)`` pairs).
+        default_dims: the dims of pure outputs when ``output_dims`` is None (the launch dims).
+        what: the module's name, for error messages.
+    """
+    sig = bound.sig
+    buffers = [
+        Buffer(tuple(op.shape), np.dtype(op.dtype))
+        for spec, op in zip(bound.operand_specs(), bound.operands, strict=True)
+        if spec.in_out
+    ]
+    if output_dims is not None and not sig.outputs:
+        raise ValueError(
+            f"{what}: output_dims was given, but the kernel has no pure outputs (its outputs are the in-out "
+            "arguments, shaped like their inputs); drop output_dims."
+        )
+    named = (
+        dict(output_dims)
+        if isinstance(output_dims, tuple) and output_dims and isinstance(output_dims[0], tuple)
+        else None
+    )
+    for spec in sig.outputs:
+        if named is not None:
+            if spec.name not in named:
+                raise ValueError(
+                    f"{what}: output_dims has no entry for output {spec.name!r} (got {sorted(named)}); "
+                    "give every pure output's dims."
+                )
+            dims = output_dims_for(spec, named[spec.name], f"{what}: output_dims[{spec.name!r}]")
+        elif output_dims is not None:
+            dims = output_dims_for(spec, output_dims, f"{what}: output_dims")
+        elif default_dims is not None:
+            dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")
+        else:
+            raise ValueError(f"{what}: cannot infer the dims of output {spec.name!r}; pass output_dims=...")
+        buffer = Buffer(dims + spec.inner_shape, spec.np_dtype)
+        if buffer.nbytes >= 2**62:
+            raise ValueError(f"{what}: output {spec.name!r} of shape {buffer.shape} is too large to allocate.")
+        buffers.append(buffer)
+    if named is not None:
+        unknown = set(named) - {s.name for s in sig.outputs}
+        if unknown:
+            raise ValueError(
+                f"{what}: output_dims names {sorted(unknown)}, which are not pure outputs "
+                f"({[s.name for s in sig.outputs]})."
+            )
+    return buffers

@@ -1,0 +1,75 @@
+"""Eager dispatch: an un-traced module call runs through one cached executable per module and signature.
+
+Part of the module layer: `AbstractWarpModule.__call__` hands an eager call here,
+and the cached executable traces the module's own pipeline (`_trace`) once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+_TYPED = object()  # marks a (tag, type name, number) triple in a frozen cache key
+
+
+def _thaw(value: Any) -> Any:
+    """Undo `_freeze`'s type tags (the frozen form is only for the cache key)."""
+    if isinstance(value, tuple):
+        if len(value) == 3 and value[0] is _TYPED:
+            return value[2]
+        return tuple(_thaw(v) for v in value)
+    return value
+
+
+def _eager_impl(module: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any) -> Any:
+    args: list[Any] = list(arrays)
+    for i, value in statics:
+        args.insert(i, _thaw(value))
+    return module._trace(tuple(args), {k: _thaw(v) for k, v in options})
+
+
+_eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2))
+
+
+def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
+    """Run an eager (un-traced) call through one cached executable per module and signature.
+
+    Returns None when the call is not eligible (a tracer or a non-JAX array among
+    the arguments, or an unhashable option), in which case the caller traces it
+    directly. NumPy arrays take the direct path so that their dtype is checked
+    before ``jax.jit`` would silently convert it.
+    """
+    arrays, statics = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, (jax.core.Tracer, np.ndarray)):
+            return None
+        if isinstance(a, jax.Array):
+            arrays.append(a)
+        else:
+            # typed: 0 == 0.0 == 0j == False would otherwise share a cache entry and skip validation
+            statics.append((i, a))
+    try:
+        statics = [(i, _freeze(a)) for i, a in statics]
+        key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
+        hash((tuple(statics), key))
+    except TypeError:
+        return None
+    return _eager_jit(module, tuple(statics), key, *arrays)
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, plain-Python form of an option value (NumPy scalars become Python numbers)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, complex)):
+        return (_TYPED, type(value).__name__, value)
+    if isinstance(value, (np.ndarray, jax.Array)):
+        raise TypeError("array option")  # not eligible for the eager cache key; traced directly instead
+    return value

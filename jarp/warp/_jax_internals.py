@@ -1,0 +1,50 @@
+"""Every use of JAX's private internals (``jax._src``) in jarp.
+
+jarp's primitive declares a side effect (JAX has no public API to declare a
+primitive's effects) and types its results inside ``shard_map`` with the manual
+mesh axes they vary over. Both need a few private names; they all live here, so
+a JAX upgrade is a one-file change, and `tests/warp/test_internals.py` checks
+that each one still has the shape jarp relies on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax._src import core as _core
+from jax._src import effects as _effects
+from jax._src import mesh as _mesh
+
+__all__ = ["Effect", "check_internals", "register_effect", "varying_aval"]
+
+Effect = _effects.Effect
+
+
+def register_effect(effect_type: type[Any]) -> None:
+    """Let ``effect_type`` through lowering, control flow, custom derivatives and remat (as ``jax.ffi`` does)."""
+    _effects.lowerable_effects.add_type(effect_type)
+    _effects.control_flow_allowed_effects.add_type(effect_type)
+    _effects.custom_derivatives_allowed_effects.add_type(effect_type)
+    _effects.remat_allowed_effects.add_type(effect_type)
+
+
+def varying_aval(shape: tuple[int, ...], dtype: Any, varying: frozenset[Any]) -> jax.core.ShapedArray:
+    """An abstract value that varies over the manual mesh axes ``varying`` (inside ``shard_map``)."""
+    mat = _core.ManualAxisType(varying=varying, unreduced=frozenset(), reduced=frozenset())
+    sharding = jax.sharding.NamedSharding(_mesh.get_abstract_mesh(), jax.sharding.PartitionSpec())
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
+
+
+def check_internals() -> None:
+    """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
+    for name in (
+        "lowerable_effects",
+        "control_flow_allowed_effects",
+        "custom_derivatives_allowed_effects",
+        "remat_allowed_effects",
+    ):
+        assert hasattr(_effects, name), f"jax._src.effects lost {name}"
+    mat = _core.ManualAxisType(varying=frozenset(), unreduced=frozenset(), reduced=frozenset())
+    assert mat.varying == frozenset(), "jax._src.core.ManualAxisType changed shape"
+    assert callable(_mesh.get_abstract_mesh), "jax._src.mesh.get_abstract_mesh is gone"

@@ -1,0 +1,171 @@
+"""`AbstractWarpModule`: what `JaxKernel` and `JaxCallable` share.
+
+A call flows one way: ``__call__`` (eager dispatch or tracing) -> derivative
+rules (``jvp=``/``vjp=``) -> target resolution for the argument dtypes (final
+class) -> argument binding (`_binding`) -> launch plan (final class, `_planner`)
+-> reverse mode (`_adjoint`) -> the primitive (`_primitive`) -> lowering and the
+FFI executor (`_ffi`). The final classes supply only what differs: how the
+target is resolved and how its plan is built.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+
+from . import _adjoint, _eager, _rules
+from ._binding import BoundCall, bind_arguments
+from ._plans import Plan
+from ._primitive import CallConfig
+from ._signature import Signature, check_vmap_method, normalize_output_dims
+
+
+class AbstractWarpModule(eqx.Module):
+    """The abstract base of jarp's modules: a Warp launch as an immutable, JAX-callable Equinox module.
+
+    Subclasses are final (`JaxKernel`, `JaxCallable`); they declare the options as
+    static fields and implement target resolution and plan building. Calling a
+    module returns a tuple of output arrays: in-out arguments first, then the pure
+    outputs (which start zero-filled).
+
+    Every subclass has these fields after its target (the first field). They are
+    not declared here as ``eqx.AbstractVar``: dataclass field order would then put
+    them before the target, which must stay the first positional argument.
+    ``num_outputs: int``, ``vmap_method: str``, ``output_dims`` (normalised),
+    ``in_out_argnames: tuple[str, ...]``, ``enable_backward: bool``, and the
+    derivative rules ``jvp``/``vjp`` (or None).
+    """
+
+    # The factory's name, for messages ("jax_kernel()").
+    _what: ClassVar[str]
+    # The per-call options `__call__` accepts.
+    _call_options: ClassVar[tuple[str, ...]]
+    # Whether scalar parameters may take JAX values (read at run time from one-element arrays).
+    _runtime_scalars: ClassVar[bool]
+
+    def __call__(self, *args: Any, **options: Any) -> tuple[jax.Array, ...]:
+        """Launch on ``args`` (one value per input parameter); return the outputs as a tuple."""
+        unknown = sorted(set(options) - set(self._call_options))
+        if unknown:
+            raise TypeError(
+                f"{self._what}: unknown call option(s) {unknown}; a {type(self).__name__} call takes "
+                f"{list(self._call_options)}."
+            )
+        out = _eager.try_eager(self, args, options)
+        return out if out is not None else self._trace(tuple(args), options)
+
+    def _trace(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[jax.Array, ...]:
+        """Bind the launch into the current JAX trace (what `__call__` does under `jit`)."""
+        if self.jvp is not None or self.vjp is not None:
+            bare = dataclasses.replace(self, jvp=None, vjp=None)
+            return _rules.call_with_rules(
+                lambda *a: bare._trace(a, options),
+                args,
+                self.jvp,
+                self.vjp,
+                self._describe(self._unresolved_target()),
+                primal_differentiable=self.enable_backward,
+            )
+        target = self._resolve(args)
+        what = self._describe(target)
+        bound = bind_arguments(self._signature(target), args, what=what, runtime_scalars=self._runtime_scalars)
+        plan = self._plan(target, bound, options, what)
+        vmap_method = options.get("vmap_method")
+        config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
+        out = _adjoint.launch(plan, config, bound.operands, self.enable_backward)
+        return out[: len(plan.results) - len(plan.protected)]
+
+    def _output_dims(self, options: Mapping[str, Any], what: str) -> Any:
+        """This call's (normalised) ``output_dims``: the per-call option, else the module's."""
+        dims = options.get("output_dims")
+        return self.output_dims if dims is None else normalize_output_dims(dims, f"{what}: output_dims")
+
+    @abc.abstractmethod
+    def _unresolved_target(self) -> Any:
+        """The wrapped kernel or function, before resolution for argument dtypes."""
+
+    @abc.abstractmethod
+    def _resolve(self, args: tuple[Any, ...]) -> Any:
+        """The concrete target (kernel overload, specialised function) for the arguments' dtypes."""
+
+    @abc.abstractmethod
+    def _signature(self, target: Any) -> Signature:
+        """The signature of a resolved target under this module's output options."""
+
+    @abc.abstractmethod
+    def _describe(self, target: Any) -> str:
+        """How messages name this module and target (``"jax_kernel() kernel 'k'"``)."""
+
+    @abc.abstractmethod
+    def _plan(self, target: Any, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
+        """The launch plan of one bound call."""
+
+
+# -- factories -----------------------------------------------------------------------------------
+
+_instances: weakref.WeakValueDictionary[Any, AbstractWarpModule] = weakref.WeakValueDictionary()
+_instances_lock = threading.Lock()
+
+
+def option_names(cls: type[AbstractWarpModule]) -> tuple[str, ...]:
+    """The construction options of a module class: its fields after the first (the target)."""
+    return tuple(f.name for f in dataclasses.fields(cls))[1:]
+
+
+def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, Any]) -> AbstractWarpModule:
+    """Build ``cls(target, **options)``, returning the live module built from equal arguments if there is one.
+
+    Modules are immutable and compare by value, so sharing one is safe; it is what
+    Warp's ``jax_kernel``/``jax_callable`` do (they cache their wrappers), and saves
+    re-validating the target. The cache holds modules weakly.
+    """
+    names = option_names(cls)
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        raise TypeError(f"{cls._what}: unknown option(s) {unknown}; the options are {list(names)}.")
+    if "output_dims" in options:
+        # normalised before construction: Equinox flattens constructor arguments before converters run
+        options["output_dims"] = normalize_output_dims(options["output_dims"], f"{cls._what}: output_dims")
+    try:
+        key = (cls, target, tuple((k, type(v), v) for k, v in sorted(options.items(), key=lambda kv: kv[0])))
+        hash(key)
+    except TypeError:
+        return cls(target, **options)
+    with _instances_lock:
+        module = _instances.get(key)
+        if module is None:
+            module = cls(target, **options)
+            _instances[key] = module
+    return module
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_unused_option(what: str, option: str, message: str) -> None:
+    """Warn (once per process and option) that a Warp-compatibility option is accepted but not acted on."""
+    if (what, option) in _warned:
+        return
+    _warned.add((what, option))
+    warnings.warn(f"{what}: {option} {message}", UserWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside jarp, Equinox and dataclasses (the user's call)."""
+    internal = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(eqx.__file__), "<string>")
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(internal) or frame.f_code.co_filename.endswith("dataclasses.py")
+    ):
+        frame, level = frame.f_back, level + 1
+    return level

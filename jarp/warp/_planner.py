@@ -1,0 +1,121 @@
+"""Build a launch plan from a bound call: bind each parameter to an operand, a result or a static value."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _analysis, _internals
+from ._binding import BoundCall
+from ._plans import Binding, Buffer, Param, Plan, Runs
+from ._signature import Signature
+
+
+def build_plan(
+    runs: Runs,
+    target: Any,
+    sig: Signature,
+    bound: BoundCall,
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+    *,
+    has_side_effect: bool,
+    graph_compatible: bool,
+    name: str,
+) -> Plan:
+    """The forward plan of one call.
+
+    Args:
+        runs: what the plan runs.
+        target: the kernel overload (or runtime-scalar variant) or the Python function.
+        sig: the target's signature (a runtime scalar is a one-element array parameter in it).
+        bound: the call's bound arguments.
+        results: the result buffers (in-out first, then pure outputs).
+        launch_dims: the launch dims (``()`` for callables).
+        has_side_effect: keep the call when its results are unused.
+        graph_compatible: whether XLA may capture the call in a CUDA graph.
+        name: the plan's name for messages and inspection.
+    """
+    params = []
+    op_index = 0
+    in_out_index = 0
+    pure_index = sig.num_in_out
+    aliases = []
+    for spec in sig.params:
+        if not spec.is_array:
+            params.append(Param(spec, Binding("static", value=bound.statics[spec.name])))
+        elif spec in sig.outputs:
+            params.append(Param(spec, Binding("result", pure_index)))
+            pure_index += 1
+        elif spec.in_out:
+            params.append(Param(spec, Binding("result", in_out_index)))
+            aliases.append((op_index, in_out_index))
+            in_out_index += 1
+            op_index += 1
+        else:
+            params.append(Param(spec, Binding("operand", op_index)))
+            op_index += 1
+    return Plan(
+        runs=runs,
+        adjoint=False,
+        target=target,
+        params=tuple(params),
+        launch_dims=launch_dims,
+        operands=tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands),
+        results=tuple(results),
+        zero_results=_zero_filled(runs, target, sig, results, launch_dims, name),
+        aliases=tuple(aliases),
+        scalar_operands=bound.scalar_operands,
+        has_side_effect=has_side_effect,
+        graph_compatible=graph_compatible,
+        name=name,
+    )
+
+
+def _zero_filled(
+    runs: Runs, target: Any, sig: Signature, results: Sequence[Buffer], launch_dims: tuple[int, ...], name: str
+) -> tuple[int, ...]:
+    """The pure outputs to zero-fill: all but those a kernel provably overwrites on every thread."""
+    if runs is Runs.KERNEL:
+        overwritten = _analysis.overwritten_outputs(
+            _internals.kernel_source(target), tuple(s.name for s in sig.outputs)
+        )
+    else:
+        overwritten = {}
+    zero = []
+    for j, spec in enumerate(sig.outputs, start=sig.num_in_out):
+        rank = overwritten.get(spec.name)
+        shape = results[j].shape[: spec.warp_ndim]
+        if rank == len(launch_dims) == len(shape) and any(s < n for s, n in zip(shape, launch_dims, strict=True)):
+            # Every thread writes out[tid]: an output smaller than the launch would be written out of bounds.
+            raise ValueError(
+                f"{name}: output {spec.name!r} has dims {shape}, smaller than the launch dims {launch_dims}, but the "
+                f"kernel writes {spec.name}[tid] on every thread; pass output_dims covering the launch "
+                "(or smaller launch_dims)."
+            )
+        if rank == len(launch_dims) and shape == launch_dims:
+            continue  # every thread overwrites its own element: the fill would be wasted
+        zero.append(j)
+    return tuple(zero)
+
+
+def protect_inputs(plan: Plan) -> Plan:
+    """Alias every pure array input of a callable plan to an extra, discarded result.
+
+    XLA then hands the function its own copy of each input buffer (or the buffer itself
+    when the caller's value is dead after the call), so writes cannot reach the caller.
+    """
+    in_out = {op for op, _ in plan.in_out_aliases}
+    extra = [i for i in range(len(plan.operands)) if i not in in_out and i not in plan.scalar_operands]
+    if not extra:
+        return plan
+    n_res = len(plan.results)
+    return dataclasses.replace(
+        plan,
+        results=plan.results + tuple(plan.operands[i] for i in extra),
+        aliases=plan.aliases + tuple((i, n_res + k) for k, i in enumerate(extra)),
+        protected=tuple(n_res + k for k in range(len(extra))),
+    )
