@@ -6,6 +6,7 @@ from .warp import JaxCallable as JaxCallable
 from .warp import JaxKernel as JaxKernel
 from .warp import jax_callable as jax_callable
 from .warp import jax_kernel as jax_kernel
+from .warp import register_ffi_callback as register_ffi_callback
 from .warp import struct as struct
 from .warp import to_warp as to_warp
 

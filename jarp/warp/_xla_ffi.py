@@ -58,6 +58,14 @@ class _Scalar(ctypes.Structure):
     _fields_ = (("dtype", ctypes.c_int), ("value", _P))
 
 
+class _Array(ctypes.Structure):
+    _fields_ = (("dtype", ctypes.c_int), ("size", ctypes.c_size_t), ("data", _P))
+
+
+class _ByteSpan(ctypes.Structure):
+    _fields_ = (("ptr", _P), ("len", ctypes.c_size_t))
+
+
 class _ExtensionBase(ctypes.Structure):
     _fields_ = (("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", _P))
 
@@ -130,14 +138,26 @@ _API_DEVICE_ORDINAL_GET = 184
 FRAME_EXTENSION = 8
 FRAME_API = 16
 FRAME_CTX = 24
+FRAME_STAGE = 32
 FRAME_ARGS_SIZE = 56
 FRAME_ARGS = 72
 FRAME_RETS_SIZE = 96
 FRAME_RETS = 112
 FRAME_ATTRS_SIZE = 136
 FRAME_ATTRS = 160
+FRAME_ATTRS_STRUCT = 120
+ATTRS_SIZE = 16
+ATTRS_TYPES = 24
+ATTRS_NAMES = 32
+ATTRS_VALUES = 40
+BUFFER_DTYPE = 16
 BUFFER_DATA = 24
+BUFFER_RANK = 32
+BUFFER_DIMS = 40
 SCALAR_VALUE = 8
+ARRAY_SIZE = 8
+ARRAY_DATA = 16
+BYTESPAN_LEN = 8
 EXTENSION_TYPE = 8
 EXTENSION_METADATA = 1
 METADATA_TRAITS_OFFSET = 8 + ctypes.sizeof(_ApiVersion)
@@ -153,6 +173,52 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN = 2
 
 
+class DataType(enum.IntEnum):
+    """``XLA_FFI_DataType``: the element type of a buffer, scalar or array attribute."""
+
+    INVALID = 0
+    PRED = 1
+    S1 = 30
+    S2 = 26
+    S4 = 21
+    S8 = 2
+    S16 = 3
+    S32 = 4
+    S64 = 5
+    U1 = 31
+    U2 = 27
+    U4 = 22
+    U8 = 6
+    U16 = 7
+    U32 = 8
+    U64 = 9
+    F16 = 10
+    F32 = 11
+    F64 = 12
+    BF16 = 16
+    C64 = 15
+    C128 = 18
+    TOKEN = 17
+    F8E5M2 = 19
+    F8E3M4 = 29
+    F8E4M3 = 28
+    F8E4M3FN = 20
+    F8E4M3B11FNUZ = 23
+    F8E5M2FNUZ = 24
+    F8E4M3FNUZ = 25
+    F4E2M1FN = 32
+    F8E8M0FNU = 33
+
+
+class AttrType(enum.IntEnum):
+    """``XLA_FFI_AttrType``: the kind of a call attribute."""
+
+    ARRAY = 1
+    DICTIONARY = 2
+    SCALAR = 3
+    STRING = 4
+
+
 def check_layout() -> None:
     """Raise `AssertionError` if the hard-coded offsets disagree with the ctypes declarations."""
     assert ctypes.sizeof(ctypes.c_void_p) == 8, "jarp's FFI bridge needs a 64-bit Python"
@@ -160,14 +226,26 @@ def check_layout() -> None:
         "FRAME_EXTENSION": _CallFrame.extension_start.offset,
         "FRAME_API": _CallFrame.api.offset,
         "FRAME_CTX": _CallFrame.ctx.offset,
+        "FRAME_STAGE": _CallFrame.stage.offset,
         "FRAME_ARGS_SIZE": _CallFrame.args.offset + _Args.size.offset,
         "FRAME_ARGS": _CallFrame.args.offset + _Args.args.offset,
         "FRAME_RETS_SIZE": _CallFrame.rets.offset + _Args.size.offset,
         "FRAME_RETS": _CallFrame.rets.offset + _Args.args.offset,
         "FRAME_ATTRS_SIZE": _CallFrame.attrs.offset + _Attrs.size.offset,
         "FRAME_ATTRS": _CallFrame.attrs.offset + _Attrs.attrs.offset,
+        "FRAME_ATTRS_STRUCT": _CallFrame.attrs.offset,
+        "ATTRS_SIZE": _Attrs.size.offset,
+        "ATTRS_TYPES": _Attrs.types.offset,
+        "ATTRS_NAMES": _Attrs.names.offset,
+        "ATTRS_VALUES": _Attrs.attrs.offset,
+        "BUFFER_DTYPE": _Buffer.dtype.offset,
         "BUFFER_DATA": _Buffer.data.offset,
+        "BUFFER_RANK": _Buffer.rank.offset,
+        "BUFFER_DIMS": _Buffer.dims.offset,
         "SCALAR_VALUE": _Scalar.value.offset,
+        "ARRAY_SIZE": _Array.size.offset,
+        "ARRAY_DATA": _Array.data.offset,
+        "BYTESPAN_LEN": _ByteSpan.len.offset,
         "EXTENSION_TYPE": _ExtensionBase.type.offset,
         "METADATA_TRAITS_OFFSET": _Metadata.traits.offset,
         "_API_ERROR_CREATE": _Api.Error_Create.offset,
@@ -219,3 +297,60 @@ def get_device_ordinal(frame: int) -> int:
     args = DeviceOrdinalGetArgs(ctypes.sizeof(DeviceOrdinalGetArgs), None, read_ptr(frame + FRAME_CTX), 0)
     fn(ctypes.byref(args))
     return int(args.device_ordinal)
+
+
+def read_stage(frame: int) -> int:
+    """Return the frame's ``XLA_FFI_ExecutionStage`` (3, execute, for a plain handler)."""
+    return ctypes.c_int.from_address(frame + FRAME_STAGE).value
+
+
+def read_buffers(frame: int, results: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Return ``(dtype, data, dims)`` for each argument buffer of the frame, or each result buffer if ``results``.
+
+    ``dtype`` is an ``XLA_FFI_DataType`` code, ``data`` the buffer's address (device memory on GPUs).
+    """
+    n = ctypes.c_int64.from_address(frame + (FRAME_RETS_SIZE if results else FRAME_ARGS_SIZE)).value
+    if n <= 0:
+        return []
+    bufs = (ctypes.c_void_p * n).from_address(read_ptr(frame + (FRAME_RETS if results else FRAME_ARGS)))
+    out = []
+    for buf in bufs:
+        rank = ctypes.c_int64.from_address(buf + BUFFER_RANK).value
+        dims = tuple((ctypes.c_int64 * rank).from_address(read_ptr(buf + BUFFER_DIMS))) if rank > 0 else ()
+        out.append((ctypes.c_int.from_address(buf + BUFFER_DTYPE).value, read_ptr(buf + BUFFER_DATA), dims))
+    return out
+
+
+def read_attrs(attrs: int) -> list[tuple[str, int, int]]:
+    """Return ``(name, AttrType code, address of the value)`` for each attribute of an ``XLA_FFI_Attrs`` struct.
+
+    ``attrs`` is ``frame + FRAME_ATTRS_STRUCT`` for a call's attributes, or the value address of a
+    ``DICTIONARY`` attribute. XLA passes attributes sorted by name.
+    """
+    n = ctypes.c_int64.from_address(attrs + ATTRS_SIZE).value
+    if n <= 0:
+        return []
+    types = (ctypes.c_int * n).from_address(read_ptr(attrs + ATTRS_TYPES))
+    names = (ctypes.c_void_p * n).from_address(read_ptr(attrs + ATTRS_NAMES))
+    values = (ctypes.c_void_p * n).from_address(read_ptr(attrs + ATTRS_VALUES))
+    return [(read_string(names[i]), types[i], values[i] or 0) for i in range(n)]
+
+
+def read_string(span: int) -> str:
+    """Decode an ``XLA_FFI_ByteSpan`` (a string attribute or an attribute name) as UTF-8."""
+    size = ctypes.c_size_t.from_address(span + BYTESPAN_LEN).value
+    return ctypes.string_at(read_ptr(span), size).decode("utf-8", "replace") if size else ""
+
+
+def read_scalar(scalar: int) -> tuple[int, int]:
+    """Return ``(dtype, address of the value)`` of an ``XLA_FFI_Scalar``."""
+    return ctypes.c_int.from_address(scalar).value, read_ptr(scalar + SCALAR_VALUE)
+
+
+def read_array(array: int) -> tuple[int, int, int]:
+    """Return ``(dtype, number of elements, address of the data)`` of an ``XLA_FFI_Array``."""
+    return (
+        ctypes.c_int.from_address(array).value,
+        ctypes.c_size_t.from_address(array + ARRAY_SIZE).value,
+        read_ptr(array + ARRAY_DATA),
+    )
