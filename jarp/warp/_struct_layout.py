@@ -69,6 +69,7 @@ __all__ = [
     "flatten_struct_value",
     "grad_pointer_slots",
     "make_struct_instance",
+    "normalize_value",
     "pointer_slots",
     "struct_bytes",
     "struct_layout",
