@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import warp as wp
+from warp._src.codegen import Struct as _Struct
 from warp._src.codegen import get_full_arg_spec as _get_full_arg_spec
 from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
 from warp._src.types import array_t as ArrayStruct
@@ -28,6 +29,7 @@ __all__ = [
     "cuda_memset",
     "default_cuda_arch",
     "function_params",
+    "is_struct_type",
     "kernel_params",
     "kernel_source",
     "launch_bounds",
@@ -35,6 +37,11 @@ __all__ = [
     "make_kernel",
     "module_codegen",
     "runtime_core",
+    "struct_ctype",
+    "struct_fields",
+    "struct_instance_ctype",
+    "struct_instance_type",
+    "struct_name",
 ]
 
 _LOAD_LOCK = threading.Lock()
@@ -177,12 +184,56 @@ def cuda_launch(
         _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)
 
 
+# -- structs --
+
+
+def is_struct_type(warp_type: Any) -> bool:
+    """Whether ``warp_type`` is a Warp struct type (what ``@wp.struct`` returns)."""
+    return isinstance(warp_type, _Struct)
+
+
+def struct_fields(struct_type: Any) -> tuple[tuple[str, Any], ...]:
+    """Return ``(name, warp_type)`` for each field of a Warp struct type, in declaration (memory) order."""
+    return tuple((name, var.type) for name, var in struct_type.vars.items())
+
+
+def struct_name(struct_type: Any) -> str:
+    """A Warp struct type's short name: its class's qualified name (``Mesh``, ``Material[float64]``)."""
+    return struct_type.cls.__qualname__
+
+
+def struct_ctype(struct_type: Any) -> type[ctypes.Structure]:
+    """The ctypes layout Warp passes a struct type by value in (nested structs are inlined)."""
+    return struct_type.ctype
+
+
+def struct_instance_type(value: Any) -> Any:
+    """The Warp struct type of a struct instance, or None if ``value`` is not one."""
+    if not wp.types.is_struct(value):
+        return None
+    return value._cls
+
+
+def struct_instance_ctype(value: Any) -> ctypes.Structure:
+    """The ctypes struct a Warp struct instance passes to a kernel (shared with the instance, not a copy)."""
+    return value.__ctype__()
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a Warp internal jarp relies on has changed shape."""
     names = [f[0] for f in ArrayStruct._fields_]
     assert names[:2] == ["data", "grad"], f"warp array_t fields changed: {names}"
     assert ArrayStruct.data.offset == 0, "warp array_t.data is no longer the first field"
     assert hasattr(wp.Kernel, "__init__")
+    probe = wp.struct(
+        type("_JarpProbe", (), {"__annotations__": {"a": wp.array(dtype=float), "k": float}}), module="unique"
+    )
+    assert is_struct_type(probe), "wp.struct no longer returns a warp._src.codegen.Struct"
+    assert [n for n, _ in struct_fields(probe)] == ["a", "k"], "Struct.vars changed"
+    assert [f[0] for f in struct_ctype(probe)._fields_] == ["a", "k"], "Struct.ctype changed"
+    assert struct_ctype(probe)._fields_[0][1] is ArrayStruct, "struct array fields are no longer array_t"
+    assert struct_instance_type(probe()) is probe, "StructInstance._cls changed"
+    assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
 
