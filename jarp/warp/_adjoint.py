@@ -40,6 +40,9 @@ def adjoint_plan(plan: Plan) -> Plan:
             )
         elif b.source == "result":
             params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
+        elif b.source == "struct":
+            # The cotangent of each array field lands where the operand's cotangent goes.
+            params.append(Param(p.spec, b, Binding("struct", fields=b.fields)))
         else:
             zero = 0.0 if wp.types.type_is_float(p.spec.dtype) else 0
             params.append(Param(p.spec, b, Binding("static", value=zero)))

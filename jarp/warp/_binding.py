@@ -20,17 +20,41 @@ import numpy as np
 import warp as wp
 
 from ._signature import ArgSpec, Signature
+from ._struct_layout import flatten_struct_value
 
 
 def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
-    """The Warp scalar dtype of each argument (Python scalars follow JAX's precision), for generic targets."""
+    """The Warp scalar dtype of each argument (Python scalars follow JAX's precision), for generic targets.
+
+    A struct argument (a dict or object of fields) gives the dtype of its first floating-point
+    array field, else of its first array field, else of its first value field.
+    """
     out = []
     for a in args:
         try:
-            out.append(wp.dtype_from_jax(jax.dtypes.result_type(a)))
+            out.append(wp.dtype_from_jax(jax.dtypes.result_type(_representative(a))))
         except Exception as e:
             raise TypeError(f"cannot infer a Warp dtype from argument {a!r}: {e}") from None
     return tuple(out)
+
+
+def _representative(a: Any) -> Any:
+    if isinstance(a, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
+        return a
+    leaves = [x for x in jax.tree_util.tree_leaves(_fields_tree(a)) if x is not None]
+    arrays = [x for x in leaves if isinstance(x, (jax.Array, np.ndarray))]
+    floating = [x for x in arrays if jnp.issubdtype(x.dtype, jnp.inexact)]
+    for group in (floating, arrays, leaves):
+        if group:
+            return group[0]
+    return a
+
+
+def _fields_tree(a: Any) -> Any:
+    """A struct-like argument as a pytree of its fields (objects with ``__dict__`` become dicts)."""
+    if isinstance(a, (dict, list, tuple)) or not hasattr(a, "__dict__"):
+        return a
+    return {k: _fields_tree(v) for k, v in vars(a).items() if not k.startswith("_")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,24 +64,25 @@ class BoundCall:
     Attributes:
         sig: the signature the arguments were bound to.
         operands: the array operands in input order, as JAX arrays; a runtime scalar is a
-            one-element array in its parameter's place.
-        statics: the static scalar values, by parameter name.
+            one-element array in its parameter's place, and a struct's array fields follow
+            each other in its place (in layout order).
+        operand_specs: the spec behind each operand: the array parameter, the scalar parameter
+            of a runtime scalar, or the struct field (named ``s.field``).
+        statics: the static values by parameter name: a number for a scalar, the tuple of its
+            value fields (in layout order) for a struct.
         runtime_scalars: the names of scalar parameters given JAX values (runtime scalars).
     """
 
     sig: Signature
     operands: tuple[jax.Array, ...]
+    operand_specs: tuple[ArgSpec, ...]
     statics: Mapping[str, Any]
     runtime_scalars: tuple[str, ...] = ()
-
-    def operand_specs(self) -> tuple[ArgSpec, ...]:
-        """The input parameter behind each operand (a runtime scalar's is its scalar parameter)."""
-        return tuple(p for p in self.sig.inputs if p.is_array or p.name in self.runtime_scalars)
 
     @property
     def scalar_operands(self) -> tuple[int, ...]:
         """Indices of the operands that carry a runtime scalar."""
-        return tuple(i for i, p in enumerate(self.operand_specs()) if not p.is_array)
+        return tuple(i for i, p in enumerate(self.operand_specs) if not p.is_array)
 
 
 def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_scalars: bool) -> BoundCall:
@@ -81,16 +106,23 @@ def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_sc
     if len(args) != len(inputs):
         names = ", ".join(p.name for p in inputs) or "none"
         raise TypeError(f"{what} takes {len(inputs)} input(s) ({names}), got {len(args)}.")
-    operands, statics, runtime = [], {}, []
+    operands, specs, statics, runtime = [], [], {}, []
     for spec, value in zip(inputs, args, strict=True):
         if spec.is_array:
             operands.append(_check_array(spec, value, what))
+            specs.append(spec)
+        elif spec.is_struct:
+            flat = flatten_struct_value(spec.struct, value, what)
+            operands.extend(flat.arrays)
+            specs.extend(spec.struct.array_specs)
+            statics[spec.name] = flat.statics
         elif runtime_scalars and isinstance(value, jax.Array):
             operands.append(_runtime_scalar(spec, value, what))
+            specs.append(spec)
             runtime.append(spec.name)
         else:
             statics[spec.name] = _check_scalar(spec, value, what)
-    return BoundCall(sig, tuple(operands), statics, tuple(runtime))
+    return BoundCall(sig, tuple(operands), tuple(specs), statics, tuple(runtime))
 
 
 def _runtime_scalar(spec: ArgSpec, value: jax.Array, what: str) -> jax.Array:

@@ -12,8 +12,14 @@ from ._signature import check_launch_dims, normalize_dims, output_dims_for
 
 
 def default_launch_dims(bound: BoundCall) -> tuple[int, ...] | None:
-    """The first array input's Warp shape (runtime scalars aside), or None if there is no array input."""
-    for spec, op in zip(bound.operand_specs(), bound.operands, strict=True):
+    """The first array parameter's Warp shape, else the first struct array field's; None without either.
+
+    Runtime scalars never size the launch. A kernel that takes a mesh struct and iterates over
+    its elements usually wants explicit ``launch_dims`` (the element count).
+    """
+    pairs = list(zip(bound.operand_specs, bound.operands, strict=True))
+    parameters = {p.name for p in bound.sig.inputs if p.is_array}
+    for spec, op in sorted(pairs, key=lambda pair: pair[0].name not in parameters):  # stable: parameters first
         if spec.is_array:
             return tuple(op.shape[: spec.warp_ndim])
     return None
@@ -46,7 +52,7 @@ def result_buffers(
     sig = bound.sig
     buffers = [
         Buffer(tuple(op.shape), np.dtype(op.dtype))
-        for spec, op in zip(bound.operand_specs(), bound.operands, strict=True)
+        for spec, op in zip(bound.operand_specs, bound.operands, strict=True)
         if spec.in_out
     ]
     if output_dims is not None and not sig.outputs:

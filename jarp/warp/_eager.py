@@ -24,14 +24,17 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def _eager_impl(module: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any) -> Any:
-    args: list[Any] = list(arrays)
+def _eager_impl(
+    module: Any, treedef: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any
+) -> Any:
+    leaves: list[Any] = list(arrays)
     for i, value in statics:
-        args.insert(i, _thaw(value))
+        leaves.insert(i, _thaw(value))
+    args = jax.tree_util.tree_unflatten(treedef, leaves)
     return module._trace(tuple(args), {k: _thaw(v) for k, v in options})
 
 
-_eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2))
+_eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2, 3))
 
 
 def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
@@ -42,8 +45,11 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     directly. NumPy arrays take the direct path so that their dtype is checked
     before ``jax.jit`` would silently convert it.
     """
+    # Struct arguments (dicts, NamedTuples, eqx.Modules of arrays) are pytrees: their arrays are
+    # the executable's arguments, their structure and static values part of its key.
+    leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
     arrays, statics = [], []
-    for i, a in enumerate(args):
+    for i, a in enumerate(leaves):
         if isinstance(a, (jax.core.Tracer, np.ndarray)):
             return None
         if isinstance(a, jax.Array):
@@ -54,10 +60,10 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     try:
         statics = [(i, _freeze(a)) for i, a in statics]
         key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
-        hash((tuple(statics), key))
+        hash((treedef, tuple(statics), key))
     except TypeError:
         return None
-    return _eager_jit(module, tuple(statics), key, *arrays)
+    return _eager_jit(module, treedef, tuple(statics), key, *arrays)
 
 
 def _freeze(value: Any) -> Any:

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _internals, _xla_ffi
+from . import _internals, _struct_layout, _xla_ffi
 from ._plans import Binding, Plan, Runs, registry
 
 TARGET = "jarp_warp_call"
@@ -180,18 +180,42 @@ class _KernelExecutor(_Executor):
         self.zero = [(j, res_nbytes[j] * nslices) for j in plan.zero_results if res_nbytes[j]]
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
-        blocks = [self._block([p.primal for p in plan.params], 0, op_offsets, res_offsets)]
+        offsets = (op_offsets, res_offsets)
+        blocks = [self._block(0, offsets)]
         if self.adjoint:
-            blocks.append(self._block([p.adjoint for p in plan.params], 1, op_offsets, res_offsets))
+            blocks.append(self._block(1, offsets))
         self.blocks = blocks
 
-    def _block(self, bindings: list[Binding], block: int, op_offsets: list[list[int]], res_offsets: list[list[int]]):
+    def _block(self, block: int, offsets: tuple[list[list[int]], list[list[int]]]) -> Any:
+        """The ctypes argument block ``block`` (0: primal values, 1: adjoints) and its pointer slots."""
         plan = self.plan
+        buffers = (plan.operands, plan.results)
         fields, values = [], []
-        for param, binding in zip(plan.params, bindings, strict=True):
+        # (parameter name, byte offset in the parameter, source, buffer index) of each pointer
+        pointers: list[tuple[str, int, int, int]] = []
+        for param in plan.params:
             spec = param.spec
-            if spec.is_array:
-                buf = plan.operands[binding.index] if binding.source == "operand" else plan.results[binding.index]
+            binding = param.primal if block == 0 else param.adjoint
+            if spec.is_struct:
+                layout = spec.struct
+                src = 0 if block == 0 else 1
+                shapes = [buffers[src][i].shape for i in binding.fields]
+                if block == 0:
+                    raw = _struct_layout.struct_bytes(layout, shapes, binding.value)
+                else:
+                    raw = _struct_layout.adjoint_struct_bytes(layout, shapes)
+                fields.append((spec.name, layout.ctype))
+                values.append(layout.ctype.from_buffer_copy(raw))
+                slots = _struct_layout.pointer_slots(layout)
+                pointers.extend((spec.name, off, src, i) for off, i in zip(slots, binding.fields, strict=True))
+                if block == 0 and self.adjoint:
+                    # Warp's backward code accumulates a struct field's gradient through the grad
+                    # pointer of the primal struct (as wp.Tape sets it), not through the adjoint struct.
+                    grads = _struct_layout.grad_pointer_slots(layout)
+                    pointers.extend((spec.name, off, 1, i) for off, i in zip(grads, param.adjoint.fields, strict=True))
+            elif spec.is_array:
+                src = 0 if binding.source == "operand" else 1
+                buf = buffers[src][binding.index]
                 shape = buf.shape[: spec.warp_ndim]
                 strides = []
                 stride = buf.dtype.itemsize * math.prod(spec.inner_shape)
@@ -201,19 +225,17 @@ class _KernelExecutor(_Executor):
                 arr = _internals.ArrayStruct(0, 0, spec.warp_ndim, shape, tuple(reversed(strides)))
                 fields.append((spec.name, _internals.ArrayStruct))
                 values.append(arr)
+                pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
             else:
                 ctype = wp.types.type_ctype(spec.dtype)
                 fields.append((spec.name, ctype))
                 values.append(ctype(binding.value if binding.source == "static" else 0))
         struct_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
         template = struct_type(*values)
-        for param, binding, (name, _) in zip(plan.params, bindings, fields, strict=True):
-            if param.spec.is_array:
-                offset = getattr(struct_type, name).offset  # array_t.data is its first field
-                assert offset % 8 == 0
-                src = 0 if binding.source == "operand" else 1
-                offs = (op_offsets if src == 0 else res_offsets)[binding.index]
-                self.slots.append((block, offset // 8, src, binding.index, offs))
+        for name, offset, src, index in pointers:
+            address = getattr(struct_type, name).offset + offset
+            assert address % 8 == 0, "pointer slots are 8-byte aligned"
+            self.slots.append((block, address // 8, src, index, offsets[src][index]))
         nwords = (ctypes.sizeof(struct_type) + 7) // 8
         words = ctypes.c_uint64 * nwords
         raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
@@ -316,6 +338,17 @@ class _CallableExecutor(_Executor):
             return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
         return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
 
+    def _struct(self, param: Any, ops: list[int], res: list[int], s: int) -> Any:
+        """A Warp struct instance whose array fields wrap the call's buffers (and adjoint buffers)."""
+        layout = param.spec.struct
+        arrays = []
+        for k, (leaf, index) in enumerate(zip(layout.array_specs, param.primal.fields, strict=True)):
+            grad = None
+            if self.adjoint:
+                grad = self._array(leaf, Binding("result", param.adjoint.fields[k]), ops, res, s)
+            arrays.append(self._array(leaf, Binding("operand", index), ops, res, s, grad))
+        return _struct_layout.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)
+
     def run(self, frame: int) -> None:
         plan = self.plan
         ops = _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _xla_ffi.FRAME_ARGS)
@@ -335,6 +368,9 @@ class _CallableExecutor(_Executor):
                 b = param.primal
                 if b.source == "static":
                     args.append(b.value)
+                    continue
+                if b.source == "struct":
+                    args.append(self._struct(param, ops, res, s))
                     continue
                 grad = None
                 if self.adjoint:

@@ -136,16 +136,21 @@ class PlanInfo:
 # -- list_plans ----------------------------------------------------------------------------------
 
 
-def _binding(binding: Binding) -> str:
+def _binding(binding: Binding, buffers: str = "operands") -> str:
     if binding.source in ("operand", "result"):
         return f"{binding.source} {binding.index}"
     if binding.source == "static":
         return f"static {binding.value!r}"
+    if binding.source == "struct":
+        values = f", values {binding.value!r}" if binding.value else ""
+        return f"struct: arrays from {buffers} {list(binding.fields)}{values}"
     return ""
 
 
 def _type_repr(param: Param) -> str:
     spec = param.spec
+    if spec.is_struct:
+        return spec.describe()
     if spec.dtype is None:
         elem = "Any"
     else:
@@ -176,7 +181,7 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         kernel=kernel,
         module=module,
         params=tuple(
-            ParamInfo(p.spec.name, _type_repr(p), _binding(p.primal), _binding(p.adjoint) if adjoint else "")
+            ParamInfo(p.spec.name, _type_repr(p), _binding(p.primal), _binding(p.adjoint, "results") if adjoint else "")
             for p in plan.params
         ),
         launch_dims=tuple(plan.launch_dims),

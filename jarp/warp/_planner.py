@@ -45,7 +45,12 @@ def build_plan(
     pure_index = sig.num_in_out
     aliases = []
     for spec in sig.params:
-        if not spec.is_array:
+        if spec.is_struct:
+            n = len(spec.struct.arrays)
+            fields = tuple(range(op_index, op_index + n))
+            params.append(Param(spec, Binding("struct", value=bound.statics[spec.name], fields=fields)))
+            op_index += n
+        elif not spec.is_array:
             params.append(Param(spec, Binding("static", value=bound.statics[spec.name])))
         elif spec in sig.outputs:
             params.append(Param(spec, Binding("result", pure_index)))

@@ -34,12 +34,15 @@ class Binding:
     """Where a kernel parameter's value comes from in one FFI call.
 
     ``source`` is ``"operand"`` or ``"result"`` (a buffer, by index), ``"static"``
-    (a Python scalar baked into the plan) or ``"none"``.
+    (a Python scalar baked into the plan), ``"struct"`` (a ``wp.struct``: its array
+    fields are the buffers ``fields``, its value fields ``value``) or ``"none"``.
+    ``fields`` index operands in a primal binding and results in an adjoint one.
     """
 
-    source: Literal["operand", "result", "static", "none"]
+    source: Literal["operand", "result", "static", "struct", "none"]
     index: int = -1
     value: Any = None
+    fields: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from . import _internals
+
 ShapeLike = int | Sequence[int]
 
 _MAX_WARP_NDIM = 4
@@ -27,6 +29,9 @@ class ArgSpec:
         warp_ndim: number of Warp array dimensions (0 for scalars).
         inner_shape: trailing JAX dims of a vector/matrix element (``(3,)`` for vec3).
         in_out: whether the array is both read and returned.
+        struct: for a ``wp.struct`` parameter, its flattened layout (a
+            ``_struct_layout.StructLayout``); the parameter is then neither an array
+            nor a scalar: its array fields are operands, its value fields static.
     """
 
     name: str
@@ -35,6 +40,11 @@ class ArgSpec:
     warp_ndim: int
     inner_shape: tuple[int, ...]
     in_out: bool = False
+    struct: Any = None
+
+    @property
+    def is_struct(self) -> bool:
+        return self.struct is not None
 
     @property
     def generic(self) -> bool:
@@ -53,6 +63,8 @@ class ArgSpec:
         return np.dtype(wp.dtype_to_numpy(self.scalar_type))
 
     def describe(self) -> str:
+        if self.is_struct:
+            return f"struct {self.struct.describe()}"
         if not self.is_array:
             return f"scalar {getattr(self.dtype, '__name__', self.dtype)}"
         elem = "Any" if self.generic else wp.types.type_repr(self.dtype)
@@ -80,6 +92,10 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
                 "scalars, vectors or matrices only."
             )
         return ArgSpec(name, True, dtype, warp_type.ndim, inner, in_out)
+    if _internals.is_struct_type(warp_type):
+        from ._struct_layout import struct_layout  # the layout module builds on ArgSpec
+
+        return ArgSpec(name, False, warp_type, 0, (), in_out, struct=struct_layout(warp_type, name))
     if warp_type is Any:
         return ArgSpec(name, False, None, 0, (), in_out)
     if warp_type in _PYTHON_SCALARS:
@@ -87,7 +103,7 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
     if wp.types.type_is_value(warp_type):
         return ArgSpec(name, False, warp_type, 0, (), in_out)
     raise TypeError(
-        f"{what} parameter {name!r} has type {warp_type!r}; jarp passes wp.array parameters and scalar "
+        f"{what} parameter {name!r} has type {warp_type!r}; jarp passes wp.array, wp.struct and scalar "
         "(int/float/bool) parameters only."
     )
 
@@ -161,6 +177,11 @@ def make_signature(
                 f"before the last {num_outputs - len(in_out_argnames)} (pure output) parameters, or raise num_outputs."
             )
         spec = arg_spec(name, warp_type, in_out=in_out, what=what)
+        if (i >= num_inputs or in_out) and spec.is_struct:
+            raise TypeError(
+                f"{what}: output parameter {name!r} is a {spec.describe()}; jarp does not return structs. Make "
+                "the struct an input and its arrays pure outputs (separate array parameters), or lower num_outputs."
+            )
         if (i >= num_inputs or in_out) and not spec.is_array:
             raise TypeError(f"{what}: output parameter {name!r} must be a wp.array, got {spec.describe()}.")
         specs.append(spec)

@@ -143,6 +143,10 @@ class StructLayout:
     size: int
     alignment: int
 
+    def describe(self) -> str:
+        """The struct's name, e.g. ``Mesh``."""
+        return _internals.struct_name(self.struct_type)
+
     @property
     def ctype(self) -> type[ctypes.Structure]:
         """The struct's ctypes type: use it as the field type of the parameter in an argument block."""
