@@ -136,8 +136,8 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoin
         module_exec = kernel.module.load(device, block_dim)
         if module_exec is None:
             raise RuntimeError(
-                f"Warp could not load module {kernel.module.name!r} (kernel {kernel.key!r}) on {device}; "
-                "an earlier build failed, see Warp's compiler output above."
+                f"Failed to load Warp module {kernel.module.name!r} (kernel {kernel.key!r}) on {device} after a "
+                "previous build failure; see Warp's compiler output above."
             )
         hooks = module_exec.get_kernel_hooks(kernel)
     return EntryPoints(device, module_exec, hooks, module_exec.block_dim)

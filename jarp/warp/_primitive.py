@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import warp as wp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -92,8 +93,20 @@ def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
 warp_call_p.def_impl(_impl)
 
 
+def _check_platforms(platforms: Sequence[str], name: str) -> None:
+    # Warp builds without CPU support exist (no bundled compiler); fail at lowering with Warp's wording instead of
+    # inside the FFI callback. Looked up on `wp` at each lowering, so a monkeypatched `wp.is_cpu_available` counts.
+    if "cpu" in platforms and not wp.is_cpu_available():
+        raise RuntimeError(
+            f"{name}: this Warp build does not include CPU support, so it cannot run on JAX's CPU devices; "
+            "run it on a GPU (jax.default_device, or device_put its inputs there), or install a Warp build with "
+            "CPU support."
+        )
+
+
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     del config
+    _check_platforms(ctx.module_context.platforms, plan.name)
     _ffi.ensure_registered()
     target = _ffi.TARGET if plan.graph_compatible else _ffi.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(

@@ -158,10 +158,18 @@ def make_signature(
             f"{what}: num_outputs={num_outputs} exceeds the number of parameters ({len(params)}: {names})."
         )
     if len(set(in_out_argnames)) != len(in_out_argnames):
-        raise ValueError(f"{what}: in_out_argnames has duplicates: {list(in_out_argnames)}.")
+        # Warp's wording ("must not contain duplicate names", "did not match any function argument names",
+        # "should be placed before output-only arguments") is kept, so code ported from Warp's bridge that
+        # matches on it keeps working.
+        raise ValueError(
+            f"{what}: in_out_argnames must not contain duplicate names, got {list(in_out_argnames)}; "
+            "name each in-out argument once."
+        )
     for name in in_out_argnames:
         if name not in names:
-            raise ValueError(f"{what}: in_out_argnames names {name!r}, which is not a parameter (have {names}).")
+            raise ValueError(
+                f"{what}: in_out_argnames {name!r} did not match any function argument names (have {names})."
+            )
     num_inputs = len(params) - num_outputs + len(in_out_argnames)
     if len(in_out_argnames) > num_outputs:
         raise ValueError(
@@ -173,8 +181,9 @@ def make_signature(
         in_out = name in in_out_argnames
         if in_out and i >= num_inputs:
             raise ValueError(
-                f"{what}: in_out_argnames names {name!r}, which comes after the pure outputs; put in-out arguments "
-                f"before the last {num_outputs - len(in_out_argnames)} (pure output) parameters, or raise num_outputs."
+                f"{what}: in_out_argnames names {name!r}, which comes after the pure outputs; in_out arguments "
+                f"should be placed before output-only arguments (the last {num_outputs - len(in_out_argnames)} "
+                "parameters), or raise num_outputs."
             )
         spec = arg_spec(name, warp_type, in_out=in_out, what=what)
         if (i >= num_inputs or in_out) and spec.is_struct:
