@@ -36,6 +36,10 @@ def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callabl
     return func
 
 
+def _set_of_str(value: Any) -> frozenset[str]:
+    return frozenset(tuple_of_str(value))
+
+
 class JaxCallable(AbstractWarpModule):
     """A Warp-launching Python function wrapped as a JAX-callable, immutable Equinox module.
 
@@ -107,8 +111,9 @@ class JaxCallable(AbstractWarpModule):
         static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
     )
     in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
-    stage_in_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
-    stage_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
+    # sets, as Warp stores them (its tests compare them with sets)
+    stage_in_argnames: frozenset[str] = eqx.field(static=True, default=frozenset(), converter=_set_of_str)
+    stage_out_argnames: frozenset[str] = eqx.field(static=True, default=frozenset(), converter=_set_of_str)
     graph_cache_max: int | None = eqx.field(static=True, default=None)
     module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
         static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode

@@ -136,17 +136,16 @@ def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, A
     if "output_dims" in options:
         # normalised before construction: Equinox flattens constructor arguments before converters run
         options["output_dims"] = normalize_output_dims(options["output_dims"], f"{cls._what}: output_dims")
+    module = cls(target, **options)
+    # Keyed by the normalised field values (the converters have run), so that `in_out_argnames=[]`
+    # and no in_out_argnames give the same module, as in Warp; typed, so that True and 1 differ.
+    key = (cls, *((type(v), v) for v in (getattr(module, f.name) for f in dataclasses.fields(cls))))
     try:
-        key = (cls, target, tuple((k, type(v), v) for k, v in sorted(options.items(), key=lambda kv: kv[0])))
         hash(key)
     except TypeError:
-        return cls(target, **options)
+        return module
     with _instances_lock:
-        module = _instances.get(key)
-        if module is None:
-            module = cls(target, **options)
-            _instances[key] = module
-    return module
+        return _instances.setdefault(key, module)
 
 
 _warned: set[tuple[str, str]] = set()

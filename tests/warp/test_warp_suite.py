@@ -130,13 +130,6 @@ _TID_EXTENT = (
     "(jarp/warp/_kernel.py) check the launch dims with Warp's rule and wording (a new helper in "
     "jarp/warp/_internals.py), before _call.resolve_output_buffers checks output sizes"
 )
-_INTERNING = (
-    "a repeated {fn}(...) with equal arguments returns a new (equal, same-hash) module, where Warp returns its cached "
-    "wrapper and the test asserts identity (assertIs); fix: intern modules in {fn}() ({file}), e.g. a "
-    "weakref.WeakValueDictionary keyed by the module itself (modules are immutable and hash by value). Checked: "
-    "with interning{more}"
-)
-
 #: Warp's tests that fail because jarp lacks a feature (or Warp's wording): test name -> the precise cause and fix.
 MISSING: dict[str, str] = {
     "test_jax_kernel_scalar_ffi_cpu": (
@@ -177,18 +170,6 @@ MISSING: dict[str, str] = {
     "test_jax_kernel_accepts_oversized_compile_time_dead_scalar_tid_launch_dims_ffi_cpu": (
         "launch_dims (2**31 + 1,) is refused at construction although the kernel's wp.tid() is dead after "
         "codegen (behind a compile-time False constant), where Warp accepts and lowers it; fix: " + _TID_EXTENT
-    ),
-    "test_ffi_jax_kernel_cache_argnames_cpu": _INTERNING.format(
-        fn="jax_kernel", file="jarp/warp/_kernel.py", more=" (tried by wrapping the entry point) this test passes"
-    ),
-    "test_ffi_jax_callable_cache_argnames_cpu": _INTERNING.format(
-        fn="jax_callable", file="jarp/warp/_callable.py", more=" (tried by wrapping the entry point) this test passes"
-    ),
-    "test_ffi_jax_callable_cache_stage_argnames_cpu": _INTERNING.format(
-        fn="jax_callable",
-        file="jarp/warp/_callable.py",
-        more=" it still fails on `first.stage_in_argnames == {'a'}`: jarp stores a tuple ('a',), Warp a set; "
-        "fix: convert stage_in_argnames/stage_out_argnames to frozenset in JaxCallable's field converters",
     ),
     "test_ffi_jax_module_load_failure": (
         "a module whose load() returns None (a failed rebuild) after an earlier successful load is not reported: "
