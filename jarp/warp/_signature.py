@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from . import _dtypes
+
 ShapeLike = int | Sequence[int]
 
 _MAX_WARP_NDIM = 4
@@ -46,11 +48,11 @@ class ArgSpec:
 
     @property
     def scalar_type(self) -> Any:
-        return getattr(self.dtype, "_wp_scalar_type_", self.dtype)
+        return _dtypes.scalar_of(self.dtype)
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(wp.dtype_to_numpy(self.scalar_type))
+        return _dtypes.to_numpy(self.dtype)
 
     def describe(self) -> str:
         if not self.is_array:
