@@ -4,19 +4,23 @@ Warp's own `wp.dtype_to_numpy` maps `wp.bfloat16` to `uint16` (its storage type)
 `jnp.bfloat16` array would not match a `wp.array(dtype=wp.bfloat16)` parameter. JAX's
 bfloat16 is `ml_dtypes.bfloat16` (a NumPy dtype), which this module uses instead. Every
 other scalar type maps as in Warp. JAX dtypes are NumPy dtypes, so one table serves both.
+
+Warp passes `float16`/`bfloat16` kernel parameters as their bit pattern (a `uint16`);
+`ctype_value` packs static half scalars the way `wp.launch` does, with Warp's host
+conversion rewritten in integer arithmetic so that it gives the same bits on XLA's CPU
+threads, which run with flush-to-zero set.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import warp as wp
-
-from . import _internals
 
 __all__ = [
     "HALF_TYPES",
@@ -132,20 +136,55 @@ def from_jax(dtype: Any) -> Any:
     return scalar
 
 
+def _float32_bits(value: float) -> int:
+    """The bits of `value` rounded to float32 (as ctypes' `c_float` rounds it)."""
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def _float_to_half_bits(value: float) -> int:
+    """Warp's host conversion of a float (via float32) to float16 bits (`wp_float_to_half_bits` in warp.cpp).
+
+    Rewritten in integer arithmetic: Warp's C version scales by 2**-112 in float32, which a
+    thread with flush-to-zero set (XLA's CPU threads, where jarp's FFI callback runs) turns
+    into 0 for float16 subnormals. Rounding: half-ulp ties of normal values round away from
+    zero, subnormal results round to nearest even first (as Warp's float32 multiply does).
+    """
+    bits = _float32_bits(value)
+    sign = (bits >> 16) & 0x8000
+    bits &= 0x7FFFFFFF
+    if bits >= 0x7F800000:  # inf or nan
+        return sign | (0x7E00 if bits > 0x7F800000 else 0x7C00)
+    bits &= ~0xFFF
+    if bits >= (127 - 14) << 23:  # the float32 product f * 2**-112 is normal: an exact exponent shift
+        bits -= 112 << 23
+    else:  # the product is a float32 subnormal: its mantissa, rounded to nearest even
+        magnitude = struct.unpack("<f", struct.pack("<I", bits))[0]
+        bits = round(magnitude * 2.0**37)
+    bits = min(bits + 0x1000, 31 << 23)
+    return sign | (bits >> 13)
+
+
+def _float_to_bfloat16_bits(value: float) -> int:
+    """Warp's host conversion of a float (via float32) to bfloat16 bits (`wp_float_to_bfloat16_bits_sw`)."""
+    bits = _float32_bits(value)
+    if bits & 0x7F800000 == 0x7F800000:  # inf or nan: truncate, keeping a nan a nan
+        high = bits >> 16
+        return high | 0x40 if bits & 0x7FFFFF and not high & 0x7F else high
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
 def _half_bits(scalar: Any, value: float) -> int:
-    """The bit pattern Warp packs a Python float into for a `float16`/`bfloat16` kernel parameter."""
-    if scalar is wp.float16:
-        return _internals.float_to_half_bits(value)
-    return _internals.float_to_bfloat16_bits(value)
+    """The bit pattern `wp.launch` packs a Python float into for a `float16`/`bfloat16` kernel parameter."""
+    return _float_to_half_bits(value) if scalar is wp.float16 else _float_to_bfloat16_bits(value)
 
 
 def static_float(scalar: Any, value: float) -> float:
     """Return the value a float kernel parameter receives for a static Python float.
 
     `float16` and `bfloat16` values are rounded as `wp.launch` rounds them: to float32,
-    then to the half type on the host, where ties round away from zero (NumPy and JAX
-    round them to even). `float32` and `float64` values are returned unchanged (ctypes
-    rounds a float32 when the argument is packed).
+    then to the half type, where float16 ties round away from zero (NumPy and JAX round
+    them to even). `float32` and `float64` values are returned unchanged (ctypes rounds
+    a float32 when the argument is packed).
 
     Args:
         scalar: The parameter's Warp float type.
@@ -160,10 +199,9 @@ def static_float(scalar: Any, value: float) -> float:
         0.0999755859375
     """
     value = float(value)
-    if scalar is wp.float16:
-        return _internals.half_bits_to_float(_half_bits(scalar, value))
-    if scalar is wp.bfloat16:
-        return _internals.bfloat16_bits_to_float(_half_bits(scalar, value))
+    if any(scalar is t for t in HALF_TYPES):
+        bits = np.array(_half_bits(scalar, value), np.uint16)
+        return float(bits.view(to_numpy(scalar)))
     return value
 
 

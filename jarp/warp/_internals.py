@@ -20,22 +20,14 @@ import warp as wp
 from warp._src.codegen import get_full_arg_spec as _get_full_arg_spec
 from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
 from warp._src.types import array_t as ArrayStruct
-from warp._src.types import bfloat16_bits_to_float as _bfloat16_bits_to_float
-from warp._src.types import float_to_bfloat16_bits as _float_to_bfloat16_bits
-from warp._src.types import float_to_half_bits as _float_to_half_bits
-from warp._src.types import half_bits_to_float as _half_bits_to_float
 
 __all__ = [
     "ArrayStruct",
     "EntryPoints",
-    "bfloat16_bits_to_float",
     "cuda_launch",
     "cuda_memset",
     "default_cuda_arch",
-    "float_to_bfloat16_bits",
-    "float_to_half_bits",
     "function_params",
-    "half_bits_to_float",
     "kernel_params",
     "kernel_source",
     "launch_bounds",
@@ -142,30 +134,6 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoin
             )
         hooks = module_exec.get_kernel_hooks(kernel)
     return EntryPoints(device, module_exec, hooks, module_exec.block_dim)
-
-
-def float_to_half_bits(value: float) -> int:
-    """The ``float16`` bit pattern ``wp.launch`` packs a Python float into (via float32, ties away from zero)."""
-    runtime_core()
-    return int(_float_to_half_bits(value))
-
-
-def half_bits_to_float(bits: int) -> float:
-    """The value of a ``float16`` bit pattern, converted as Warp converts it."""
-    runtime_core()
-    return float(_half_bits_to_float(bits))
-
-
-def float_to_bfloat16_bits(value: float) -> int:
-    """The ``bfloat16`` bit pattern ``wp.launch`` packs a Python float into (via float32)."""
-    runtime_core()
-    return int(_float_to_bfloat16_bits(value))
-
-
-def bfloat16_bits_to_float(bits: int) -> float:
-    """The value of a ``bfloat16`` bit pattern, converted as Warp converts it."""
-    runtime_core()
-    return float(_bfloat16_bits_to_float(bits))
 
 
 def runtime_core() -> Any:
