@@ -11,7 +11,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _call, _internals, _rules
+from . import _annotations, _call, _rules
 from ._options import GraphMode, ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import CallConfig
 from ._signature import Signature, check_vmap_method, make_signature, normalize_output_dims, tuple_of_str
@@ -21,12 +21,12 @@ _WHAT = "jax_callable()"
 
 @functools.lru_cache(maxsize=1024, typed=True)
 def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
-    return make_signature(_internals.function_params(func), num_outputs, in_out_argnames, what=_WHAT)
+    return make_signature(_annotations.function_params(func, _WHAT), num_outputs, in_out_argnames, what=_WHAT)
 
 
 @functools.lru_cache(maxsize=1024, typed=True)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
-    func = factory(*dtypes)
+    func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations
     if not callable(func):
         raise TypeError(
             f"{_WHAT}: the generic factory {_call.callable_name(factory)} returned {func!r} for dtypes "
