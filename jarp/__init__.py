@@ -9,4 +9,15 @@ from .warp import jax_kernel as jax_kernel
 from .warp import struct as struct
 from .warp import to_warp as to_warp
 
+__all__ = [
+    "JaxCallable",
+    "JaxKernel",
+    "jax_callable",
+    "jax_kernel",
+    "struct",
+    "to_warp",
+    "tree",
+    "warp",
+]
+
 __version__ = "0.1.0"
