@@ -137,8 +137,30 @@ def from_jax(dtype: Any) -> Any:
 
 
 def _float32_bits(value: float) -> int:
-    """The bits of `value` rounded to float32 (as ctypes' `c_float` rounds it)."""
-    return struct.unpack("<I", struct.pack("<f", value))[0]
+    """The bits of `value` rounded to float32 (to nearest even, as ctypes' `c_float` rounds it).
+
+    In integer arithmetic, so that the result does not depend on the thread's flush-to-zero
+    mode (a C cast to float gives 0 for float32 subnormals on XLA's CPU threads).
+    """
+    sign = 0x80000000 if math.copysign(1.0, value) < 0 else 0
+    if math.isnan(value):  # quieted, with the payload's top bits (as x86's conversion keeps them)
+        payload = struct.unpack("<Q", struct.pack("<d", value))[0] & ((1 << 52) - 1)
+        return sign | 0x7FC00000 | (payload >> 29)
+    magnitude = abs(value)
+    if magnitude == 0.0:
+        return sign
+    if math.isinf(magnitude):
+        return sign | 0x7F800000
+    _, exponent = math.frexp(magnitude)  # magnitude = m * 2**exponent, 0.5 <= m < 1
+    if exponent - 1 < -126:  # a float32 subnormal (or zero): units of 2**-149
+        return sign | round(magnitude * 2.0**149)  # 2**23 units is the smallest normal's bit pattern
+    mantissa = round(math.ldexp(magnitude, 24 - exponent))  # 24 significant bits, ties to even
+    if mantissa == 1 << 24:
+        mantissa, exponent = 1 << 23, exponent + 1
+    biased = exponent - 1 + 127
+    if biased >= 255:
+        return sign | 0x7F800000
+    return sign | (biased << 23) | (mantissa - (1 << 23))
 
 
 def _float_to_half_bits(value: float) -> int:

@@ -164,8 +164,14 @@ def test_half_matrices_match_jax(scalar: Any) -> None:
 
 
 # a tie (Warp's host conversion rounds float16 ties away from zero, NumPy to even), values needing rounding, exact
-# ones, float16 subnormals, the largest finite values, and values overflowing float16 (not bfloat16)
-STATIC_VALUES = (1.0 + 2.0**-11, 1.0 + 2.0**-8, 0.1, -3.7, 0.75, 1e-3, 6.0e-5, -3.0e-7, 65504.0, 65519.0, -3.0e38)
+# ones, float16 and bfloat16 subnormals, the largest finite values, and values overflowing float16 (not bfloat16)
+STATIC_VALUES = (
+    *(1.0 + 2.0**-11, 1.0 + 2.0**-8, 0.1, -3.7, 0.75, 1e-3),
+    *(6.0e-5, -3.0e-7, -3e-40),  # only one value becoming a float16 zero: plans holding 0.0 and -0.0 compare equal
+    *(65504.0, 65519.0, -3.0e38),
+)
+# The smallest normal value of each half type: smaller static values reach callables as 0 (see below).
+SMALLEST_NORMAL = {wp.float16: 2.0**-14, wp.bfloat16: 2.0**-126}
 
 
 def _launch_reference(scalar: Any, value: float) -> np.ndarray:
@@ -192,8 +198,8 @@ def test_static_half_scalars_reach_callables_rounded(scalar: Any) -> None:
     m = jax_callable(kd.FILL_FUNCS[scalar], output_dims=1)
     for value in STATIC_VALUES:
         # Warp packs the scalar again inside the callable, on XLA's thread, whose flush-to-zero mode makes
-        # Warp's float16 conversion drop subnormals (6e-5, -3e-7 become 0): a Warp/XLA limitation, not jarp's
-        if _dtypes.overflows(scalar, value) or (scalar is wp.float16 and abs(value) < 2.0**-14):
+        # Warp's host conversion drop subnormals (6e-5 becomes 0 in float16): a Warp/XLA limitation, not jarp's
+        if _dtypes.overflows(scalar, value) or abs(value) < SMALLEST_NORMAL[scalar]:
             continue
         (out,) = m(value)
         np.testing.assert_array_equal(np.asarray(out).view(np.uint16), _launch_reference(scalar, value))
@@ -205,7 +211,9 @@ def test_half_conversion_matches_warp_on_random_bit_patterns() -> None:
     rng = np.random.default_rng(8)
     with np.errstate(invalid="ignore"):  # signalling NaNs among the bit patterns
         values = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32).astype(np.float64)
-    values = [*values.tolist(), *(np.float32(1.0 + 2.0**-11) * 2.0 ** np.arange(-30, 16)).tolist()]
+    ties = (np.float32(1.0 + 2.0**-11) * 2.0 ** np.arange(-30, 16)).tolist()
+    beyond_float32 = [1e39, -1e300, 1e-39, -1e-46, 2.0**-150, 3.4028235677973366e38 * (1 + 2**-24)]
+    values = [*values.tolist(), *ties, *beyond_float32]
     wp.init()
     for value in values:
         assert _dtypes.ctype_value(wp.float16, value).value == float_to_half_bits(value), value
