@@ -10,4 +10,16 @@ from .warp import register_ffi_callback as register_ffi_callback
 from .warp import struct as struct
 from .warp import to_warp as to_warp
 
+__all__ = [
+    "JaxCallable",
+    "JaxKernel",
+    "jax_callable",
+    "jax_kernel",
+    "register_ffi_callback",
+    "struct",
+    "to_warp",
+    "tree",
+    "warp",
+]
+
 __version__ = "0.1.0"

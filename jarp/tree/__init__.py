@@ -32,3 +32,29 @@ from ._transforms import jit as jit
 from ._transforms import linearize as linearize
 from ._transforms import shard_map as shard_map
 from ._transforms import vectorize as vectorize
+
+__all__ = [
+    "NotJaxCompatibleError",
+    "ScatterArgs",
+    "SupportsTreeMatch",
+    "is_traced",
+    "isin",
+    "jit",
+    "kahan_summation",
+    "key_chain",
+    "linearize",
+    "no_jax_tracing",
+    "no_post_init",
+    "non_differentiable",
+    "sequential_vmap_with_vjp",
+    "shard_map",
+    "skip_post_init_if_disabled",
+    "tree_concat",
+    "tree_map",
+    "tree_scatter_set",
+    "tree_stack",
+    "tree_structure",
+    "tree_where_broadcast_last",
+    "tree_zeros_like",
+    "vectorize",
+]

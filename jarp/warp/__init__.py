@@ -22,3 +22,28 @@ from ._options import JaxKernelCallOptions as JaxKernelCallOptions
 from ._options import JaxKernelOptions as JaxKernelOptions
 from ._struct import struct as struct
 from ._to_warp import to_warp as to_warp
+
+__all__ = [
+    "BufferInfo",
+    "Energy",
+    "FfiCallableProtocol",
+    "FfiKernelProtocol",
+    "JaxCallable",
+    "JaxCallableCallOptions",
+    "JaxCallableOptions",
+    "JaxKernel",
+    "JaxKernelCallOptions",
+    "JaxKernelOptions",
+    "ParamInfo",
+    "PlanInfo",
+    "compile_aot",
+    "energy",
+    "jax_callable",
+    "jax_kernel",
+    "kernel_source",
+    "list_plans",
+    "register_ffi_callback",
+    "struct",
+    "to_warp",
+    "types",
+]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
+from . import _dtypes
 from ._signature import ArgSpec, Signature
 from ._struct_layout import flatten_struct_value
 
@@ -32,7 +33,7 @@ def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
     out = []
     for a in args:
         try:
-            out.append(wp.dtype_from_jax(jax.dtypes.result_type(_representative(a))))
+            out.append(_dtypes.from_jax(jax.dtypes.result_type(_representative(a))))
         except Exception as e:
             raise TypeError(f"cannot infer a Warp dtype from argument {a!r}: {e}") from None
     return tuple(out)
@@ -184,7 +185,12 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
         raise TypeError(f"{what}: scalar argument {spec.name!r} expects a number, got {type(value).__name__}.")
     scalar = spec.dtype
     if wp.types.type_is_float(scalar):
-        return float(value)
+        if _dtypes.overflows(scalar, float(value)):
+            raise ValueError(
+                f"{what}: scalar argument {spec.name!r} = {value} overflows the parameter's {spec.np_dtype} range; "
+                "pass a smaller value or use a wider float type."
+            )
+        return _dtypes.static_float(scalar, value)
     if scalar is wp.bool:
         return bool(value)
     if isinstance(value, float) and not value.is_integer():

@@ -9,7 +9,7 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from . import _dims, _internals
+from . import _annotations, _dims
 from ._binding import BoundCall, warp_dtypes
 from ._module import AbstractWarpModule, make_module, warn_unused_option
 from ._options import JaxCallableOptions
@@ -22,12 +22,12 @@ _WHAT = "jax_callable()"
 
 @functools.lru_cache(maxsize=1024, typed=True)
 def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
-    return make_signature(_internals.function_params(func), num_outputs, in_out_argnames, what=_WHAT)
+    return make_signature(_annotations.function_params(func, _WHAT), num_outputs, in_out_argnames, what=_WHAT)
 
 
 @functools.lru_cache(maxsize=1024, typed=True)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
-    func = factory(*dtypes)
+    func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations
     if not callable(func):
         raise TypeError(
             f"{_WHAT}: the generic factory {callable_name(factory)} returned {func!r} for dtypes "

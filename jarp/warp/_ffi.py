@@ -24,7 +24,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _internals, _struct_layout, _xla_ffi
+from . import _dtypes, _internals, _struct_layout, _xla_ffi
 from ._plans import Binding, Plan, Runs, registry
 
 TARGET = "jarp_warp_call"
@@ -227,9 +227,8 @@ class _KernelExecutor(_Executor):
                 values.append(arr)
                 pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
             else:
-                ctype = wp.types.type_ctype(spec.dtype)
-                fields.append((spec.name, ctype))
-                values.append(ctype(binding.value if binding.source == "static" else 0))
+                fields.append((spec.name, wp.types.type_ctype(spec.dtype)))
+                values.append(_dtypes.ctype_value(spec.dtype, binding.value if binding.source == "static" else 0))
         struct_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
         template = struct_type(*values)
         for name, offset, src, index in pointers:

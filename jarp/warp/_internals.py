@@ -18,7 +18,6 @@ from typing import Any
 
 import warp as wp
 from warp._src.codegen import Struct as _Struct
-from warp._src.codegen import get_full_arg_spec as _get_full_arg_spec
 from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
 from warp._src.types import array_t as ArrayStruct
 
@@ -28,7 +27,6 @@ __all__ = [
     "cuda_launch",
     "cuda_memset",
     "default_cuda_arch",
-    "function_params",
     "is_struct_type",
     "kernel_params",
     "kernel_source",
@@ -68,22 +66,6 @@ def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: st
     globals and closure that the source's names resolve against.
     """
     return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
-
-
-def function_params(func: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
-    """Return ``(name, annotation)`` for each parameter of a Warp-annotated Python function.
-
-    Raises:
-        TypeError: if a parameter has no annotation.
-    """
-    spec = _get_full_arg_spec(func)
-    missing = [name for name in spec.args if name not in spec.annotations]
-    if missing:
-        raise TypeError(
-            f"jax_callable(): parameter(s) {missing} of {getattr(func, '__qualname__', func)!r} have no type "
-            "annotation; annotate every parameter like a Warp kernel (e.g. `a: wp.array(dtype=float)`)."
-        )
-    return tuple((name, spec.annotations[name]) for name in spec.args)
 
 
 def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> ctypes.Structure:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from . import _internals
+from . import _dtypes, _internals
 
 ShapeLike = int | Sequence[int]
 
@@ -56,11 +56,11 @@ class ArgSpec:
 
     @property
     def scalar_type(self) -> Any:
-        return getattr(self.dtype, "_wp_scalar_type_", self.dtype)
+        return _dtypes.scalar_of(self.dtype)
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(wp.dtype_to_numpy(self.scalar_type))
+        return _dtypes.to_numpy(self.dtype)
 
     def describe(self) -> str:
         if self.is_struct:

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import warp as wp
 
-from .types import _SCALAR_TYPES, _matrix_type, _vector_type
+from . import _dtypes
+from .types import _matrix_type, _vector_type
 
 __all__ = ["to_warp"]
 
@@ -69,11 +70,6 @@ def _parse_dim(value: object, index: int, dtype: tuple[Any, ...]) -> int | None:
     return dim
 
 
-def _is_scalar(dtype: Any) -> bool:
-    """Return whether `dtype` is one of Warp's scalar types."""
-    return any(dtype is t for t in _SCALAR_TYPES)
-
-
 def _parse_hint(dtype: Any) -> _Hint:
     """Parse the `dtype` argument of `to_warp`.
 
@@ -91,14 +87,14 @@ def _parse_hint(dtype: Any) -> _Hint:
         inner = tuple(_parse_dim(d, i, dtype) for i, d in enumerate(dims))
         if scalar is Any or scalar is None:
             scalar = None
-        elif not _is_scalar(scalar):
+        elif not _dtypes.is_scalar(scalar):
             msg = (
                 f"dtype={dtype!r}: the last entry must be a Warp scalar dtype (e.g. wp.float32) "
                 f"or Any to keep arr's scalar type, got {scalar!r}"
             )
             raise TypeError(msg)
         return _Hint(inner=inner, scalar=scalar, concrete=None, spec=dtype)
-    if _is_scalar(dtype):
+    if _dtypes.is_scalar(dtype):
         return _Hint(inner=(), scalar=dtype, concrete=dtype, spec=dtype)
     if isinstance(dtype, type) and wp.types.type_is_composite(dtype):
         return _Hint(inner=tuple(dtype._shape_), scalar=dtype._wp_scalar_type_, concrete=dtype, spec=dtype)
@@ -303,7 +299,7 @@ def _warp_scalar_of(dtype: Any, source: str) -> Any:
         TypeError: Warp has no equivalent of `dtype`.
     """
     try:
-        return wp.dtype_from_numpy(dtype) if source == "numpy.ndarray" else wp.dtype_from_jax(dtype)
+        return _dtypes.from_jax(dtype)
     except TypeError as err:
         msg = (
             f"arr is a {source} of dtype {dtype}, which has no Warp equivalent; "
@@ -324,13 +320,7 @@ def _to_warp_numpy(arr: np.ndarray, dtype: Any = None, *, requires_grad: bool = 
     # Given explicitly: left to infer it, Warp drops trailing dims of size 1 before matching the dtype.
     shape = arr.shape[: arr.ndim - len(hint.inner)]
     if scalar is not source_scalar:
-        if scalar is wp.bfloat16:
-            msg = (
-                f"dtype={dtype!r} asks for bfloat16, which NumPy cannot cast to; "
-                "convert a jax.Array instead, or a float16/float32 array"
-            )
-            raise ValueError(msg)
-        arr = arr.astype(wp.dtype_to_numpy(scalar))
+        arr = arr.astype(_dtypes.to_numpy(scalar))
     return wp.array(arr, dtype=target, shape=shape, requires_grad=requires_grad, **kwargs)
 
 
@@ -350,7 +340,7 @@ def _to_warp_jax(arr: jax.Array, dtype: Any = None, *, requires_grad: bool = Fal
         raise ValueError(msg)
     _check_device(kwargs, wp.device_from_jax(next(iter(devices))), "jax.Array", "move it with jax.device_put")
     if scalar is not source_scalar:
-        jax_dtype = np.dtype(wp.dtype_to_jax(scalar))
+        jax_dtype = _dtypes.to_numpy(scalar)
         if jax.dtypes.canonicalize_dtype(jax_dtype) != jax_dtype:
             msg = (
                 f"dtype={dtype!r} asks for {jax_dtype}, which JAX cannot hold while jax_enable_x64 is off; "

@@ -7,8 +7,8 @@ the precision in effect *when the attribute is read*:
 | name | x64 off | x64 on |
 |---|---|---|
 | `floating` | `wp.float32` | `wp.float64` |
-| `vec2` .. `vec9` | `vector(n, wp.float32)` | `vector(n, wp.float64)` |
-| `mat22` .. `mat99` (rows and columns 2..9) | `matrix((r, c), wp.float32)` | `matrix((r, c), wp.float64)` |
+| `vec1` .. `vec9` | `vector(n, wp.float32)` | `vector(n, wp.float64)` |
+| `mat11` .. `mat99` (rows and columns 1..9, e.g. `mat13`, `mat31`) | `matrix((r, c), wp.float32)` | `matrix((r, c), wp.float64)` |
 
 `float` and `float_` are deprecated aliases of `floating`; reading them emits a
 `DeprecationWarning`.
@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 import warp as wp
 
+from . import _dtypes
+
 __all__ = ["matrix", "vector"]
 
 # Warp's scalar types, in the order of the suffixes of Warp's built-in vector
@@ -64,18 +66,18 @@ _SCALAR_SUFFIXES: dict[Any, str] = {
 }
 
 # Every Warp scalar dtype.
-_SCALAR_TYPES: tuple[Any, ...] = (wp.bool, *_SCALAR_SUFFIXES, wp.bfloat16)
+_SCALAR_TYPES: tuple[Any, ...] = _dtypes.SCALAR_TYPES
 
 _DEPRECATED_ALIASES: frozenset[str] = frozenset({"float", "float_"})
-_MIN_DIM = 2
+_MIN_DIM = 1
 _MAX_DIM = 9
 _VECTOR_NAMES: tuple[str, ...] = tuple(f"vec{n}" for n in range(_MIN_DIM, _MAX_DIM + 1))
 _MATRIX_NAMES: tuple[str, ...] = tuple(
     f"mat{r}{c}" for r in range(_MIN_DIM, _MAX_DIM + 1) for c in range(_MIN_DIM, _MAX_DIM + 1)
 )
 _DYNAMIC_NAMES: tuple[str, ...] = ("floating", *_VECTOR_NAMES, *_MATRIX_NAMES)
-_VECTOR_NAME = re.compile(r"vec(?P<length>[2-9])")
-_MATRIX_NAME = re.compile(r"mat(?P<rows>[2-9])(?P<cols>[2-9])")
+_VECTOR_NAME = re.compile(r"vec(?P<length>[1-9])")
+_MATRIX_NAME = re.compile(r"mat(?P<rows>[1-9])(?P<cols>[1-9])")
 
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     floating: type[Any]
     float: type[Any]  # deprecated alias of `floating`
     float_: type[Any]  # deprecated alias of `floating`
+    vec1: type[Any]
     vec2: type[Any]
     vec3: type[Any]
     vec4: type[Any]
@@ -92,6 +95,16 @@ if TYPE_CHECKING:
     vec7: type[Any]
     vec8: type[Any]
     vec9: type[Any]
+    mat11: type[Any]
+    mat12: type[Any]
+    mat13: type[Any]
+    mat14: type[Any]
+    mat15: type[Any]
+    mat16: type[Any]
+    mat17: type[Any]
+    mat18: type[Any]
+    mat19: type[Any]
+    mat21: type[Any]
     mat22: type[Any]
     mat23: type[Any]
     mat24: type[Any]
@@ -100,6 +113,7 @@ if TYPE_CHECKING:
     mat27: type[Any]
     mat28: type[Any]
     mat29: type[Any]
+    mat31: type[Any]
     mat32: type[Any]
     mat33: type[Any]
     mat34: type[Any]
@@ -108,6 +122,7 @@ if TYPE_CHECKING:
     mat37: type[Any]
     mat38: type[Any]
     mat39: type[Any]
+    mat41: type[Any]
     mat42: type[Any]
     mat43: type[Any]
     mat44: type[Any]
@@ -116,6 +131,7 @@ if TYPE_CHECKING:
     mat47: type[Any]
     mat48: type[Any]
     mat49: type[Any]
+    mat51: type[Any]
     mat52: type[Any]
     mat53: type[Any]
     mat54: type[Any]
@@ -124,6 +140,7 @@ if TYPE_CHECKING:
     mat57: type[Any]
     mat58: type[Any]
     mat59: type[Any]
+    mat61: type[Any]
     mat62: type[Any]
     mat63: type[Any]
     mat64: type[Any]
@@ -132,6 +149,7 @@ if TYPE_CHECKING:
     mat67: type[Any]
     mat68: type[Any]
     mat69: type[Any]
+    mat71: type[Any]
     mat72: type[Any]
     mat73: type[Any]
     mat74: type[Any]
@@ -140,6 +158,7 @@ if TYPE_CHECKING:
     mat77: type[Any]
     mat78: type[Any]
     mat79: type[Any]
+    mat81: type[Any]
     mat82: type[Any]
     mat83: type[Any]
     mat84: type[Any]
@@ -148,6 +167,7 @@ if TYPE_CHECKING:
     mat87: type[Any]
     mat88: type[Any]
     mat89: type[Any]
+    mat91: type[Any]
     mat92: type[Any]
     mat93: type[Any]
     mat94: type[Any]
@@ -318,7 +338,7 @@ if not TYPE_CHECKING:
     # Hidden from type checkers so that they see only the names declared above.
 
     def __getattr__(name: str) -> type[Any]:
-        """Resolve `floating`, `vec2`..`vec9` and `mat22`..`mat99` for the current JAX precision.
+        """Resolve `floating`, `vec1`..`vec9` and `mat11`..`mat99` for the current JAX precision.
 
         Args:
             name: The attribute being read.
@@ -344,7 +364,7 @@ if not TYPE_CHECKING:
             return _cached_matrix((int(match["rows"]), int(match["cols"])), _floating())
         msg = (
             f"module {__name__!r} has no attribute {name!r}; its dtypes are 'floating', "
-            f"'vec2'..'vec9' and 'mat22'..'mat99' (rows and columns 2..9), "
+            f"'vec1'..'vec9' and 'mat11'..'mat99' (rows and columns 1..9), "
             f"and vector(n)/matrix((rows, cols)) build any other size"
         )
         raise AttributeError(msg, name=name, obj=sys.modules[__name__])

@@ -27,11 +27,6 @@ def test_kernel_params_and_source():
     assert "output[tid] = a[tid] * s" in _internals.kernel_source(k.scale_kernel)
 
 
-def test_function_params_reads_annotations():
-    params = _internals.function_params(k.scale_func)
-    assert [name for name, _ in params] == ["a", "s", "out"]
-
-
 def test_entry_points_load_on_cpu():
     entry = _internals.load_entry_points(k.triple_kernel, wp.get_device("cpu"))
     assert entry.forward != 0

@@ -177,9 +177,21 @@ def test_numpy_without_warp_equivalent_raises_type_error() -> None:
         to_warp(np.zeros(3, np.complex64))
 
 
-def test_numpy_cannot_cast_to_bfloat16() -> None:
-    with pytest.raises(ValueError, match="bfloat16"):
-        to_warp(np.zeros(3, np.float32), wp.bfloat16)
+def test_numpy_casts_to_bfloat16_with_round_to_nearest_even() -> None:
+    x = np.array([1.0, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, -3.3, 2.0**100], np.float32)
+    out = to_warp(x, wp.bfloat16)
+    assert out.dtype is wp.bfloat16
+    # bfloat16 keeps 8 significant bits: the ties 1 + 2**-8 and 1 + 3 * 2**-8 round to the even neighbours.
+    expected = np.array([1.0, 1.0, 1.0 + 2.0**-6, -3.296875, 2.0**100], np.float32)
+    np.testing.assert_array_equal(out.numpy().astype(np.float32), expected)
+
+
+def test_bfloat16_sources_map_to_warp_bfloat16() -> None:
+    x = np.array([[0.5, -2.0, 3.0]], jnp.bfloat16)
+    for source in (x, _jax(x)):
+        out = to_warp(source, (-1, Any))
+        assert wp.types.types_equal(out.dtype, wp.types.vector(3, wp.bfloat16))
+        np.testing.assert_array_equal(out.numpy(), x)
 
 
 # --- JAX sources ----------------------------------------------------------------------------------------------------

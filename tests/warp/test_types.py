@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from jarp.warp import types
 
-SIZES = range(2, 10)
+SIZES = range(1, 10)
 VECTOR_NAMES = [f"vec{n}" for n in SIZES]
 MATRIX_NAMES = [f"mat{r}{c}" for r, c in itertools.product(SIZES, SIZES)]
 BUILTINS_F32 = {"vec2": wp.vec2f, "vec3": wp.vec3f, "vec4": wp.vec4f, "mat22": wp.mat22f, "mat33": wp.mat33f}
@@ -53,7 +53,7 @@ def test_names_are_warp_builtins_where_warp_has_them(name: str, builtin: Any) ->
     assert getattr(types, name) is builtin
 
 
-@pytest.mark.parametrize("name", ["vec5", "mat23", "mat99"])
+@pytest.mark.parametrize("name", ["vec1", "vec5", "mat11", "mat19", "mat91", "mat23", "mat99"])
 def test_names_give_the_same_object_on_every_read(name: str) -> None:
     assert getattr(types, name) is getattr(types, name)
 
@@ -63,7 +63,7 @@ def test_vector_builds_float32_vectors(length: int) -> None:
     dtype = types.vector(length)
     _assert_vector(dtype, length, wp.float32)
     assert types.vector(length) is dtype
-    if 2 <= length <= 9:
+    if length <= 9:
         assert getattr(types, f"vec{length}") is dtype
 
 
@@ -72,7 +72,7 @@ def test_matrix_builds_float32_matrices(rows: int, cols: int) -> None:
     dtype = types.matrix((rows, cols))
     _assert_matrix(dtype, rows, cols, wp.float32)
     assert types.matrix([rows, cols]) is dtype
-    if 2 <= rows <= 9 and 2 <= cols <= 9:
+    if rows <= 9 and cols <= 9:
         assert getattr(types, f"mat{rows}{cols}") is dtype
 
 
@@ -101,12 +101,25 @@ def test_current_names_do_not_warn() -> None:
         _ = types.floating, types.vec3, types.mat33
 
 
-@pytest.mark.parametrize("name", ["vec1", "vec10", "vec0", "mat1", "mat19", "mat91", "mat222", "vec", "double", "f32"])
+@pytest.mark.parametrize(
+    "name", ["vec10", "vec0", "vec01", "mat1", "mat10", "mat01", "mat222", "mat0", "vec", "double", "f32"]
+)
 def test_unknown_names_raise_attribute_error(name: str) -> None:
     with pytest.raises(AttributeError, match=rf"'jarp\.warp\.types' has no attribute '{name}'") as info:
         getattr(types, name)
     assert info.value.name == name
     assert not hasattr(types, name)
+
+
+def test_size_one_names_match_liblaf_jarp() -> None:
+    # liblaf-jarp served vec1..vec9 and mat11..mat99, including the 1 x n and n x 1 shapes.
+    _assert_vector(types.vec1, 1, wp.float32)
+    _assert_matrix(types.mat11, 1, 1, wp.float32)
+    _assert_matrix(types.mat13, 1, 3, wp.float32)
+    _assert_matrix(types.mat31, 3, 1, wp.float32)
+    assert types.vec1 is types.vector(1)
+    assert types.mat19 is types.matrix((1, 9))
+    assert not wp.types.types_equal(types.mat13, types.mat31)
 
 
 def test_from_import_resolves_names() -> None:
@@ -169,6 +182,14 @@ def test_names_are_float64_with_x64(name: str) -> None:
         _assert_vector(dtype, int(name[3]), wp.float64)
     else:
         _assert_matrix(dtype, int(name[3]), int(name[4]), wp.float64)
+
+
+@pytest.mark.x64
+def test_size_one_names_are_float64_with_x64() -> None:
+    _assert_vector(types.vec1, 1, wp.float64)
+    _assert_matrix(types.mat91, 9, 1, wp.float64)
+    with jax.enable_x64(False):
+        _assert_vector(types.vec1, 1, wp.float32)
 
 
 @pytest.mark.x64
