@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from . import _analysis, _internals, _runtime_scalars
+from . import _analysis, _internals, _launch, _runtime_scalars
 from ._plans import Binding, Buffer, Param, Plan
 from ._primitive import CallConfig, bind
-from ._signature import ArgSpec, Signature, check_launch_dims, normalize_dims, output_dims_for
+from ._signature import ArgSpec, Signature, check_launch_dims, output_dims_for
 
 
 def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -222,8 +222,11 @@ def build_plan(
     has_side_effect: bool,
     graph_compatible: bool,
     name: str,
+    block_dim: int | None = None,
 ) -> Plan:
     """Bind each parameter to an operand, a result or a static value."""
+    if kind == "kernel":
+        _launch.check_launch(target, launch_dims, block_dim, name)
     params = []
     op_index = 0
     in_out_index = 0
@@ -266,12 +269,14 @@ def build_plan(
         if rank == len(launch_dims) and shape == launch_dims:
             continue  # every thread overwrites its own element: the fill would be wasted
         zero.append(j)
+    operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in operands)
+    _launch.check_array_extents(params, operand_buffers, results, name)
     return Plan(
         kind=kind,
         target=target,
         params=tuple(params),
         launch_dims=launch_dims,
-        operands=tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in operands),
+        operands=operand_buffers,
         results=tuple(results),
         zero_results=tuple(zero),
         aliases=tuple(aliases),
@@ -279,6 +284,7 @@ def build_plan(
         has_side_effect=has_side_effect,
         graph_compatible=graph_compatible,
         name=name,
+        block_dim=block_dim,
     )
 
 
@@ -288,7 +294,7 @@ def resolve_launch_dims(launch_dims: Any, sig: Signature, operands: Sequence[Any
         if dims is None:
             raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
         return dims
-    return check_launch_dims(normalize_dims(launch_dims, f"{what}: launch_dims"), f"{what}: launch_dims")
+    return check_launch_dims(_launch.normalize_launch_dims(launch_dims, f"{what}: launch_dims"), f"{what}: launch_dims")
 
 
 def protect_inputs(plan: Plan) -> Plan:
@@ -411,8 +417,8 @@ _preloaded: set[tuple[Any, str]] = set()
 _preload_lock = threading.Lock()
 
 
-def preload(kernel: Any, mode: Any) -> None:
-    """Compile and load ``kernel``'s module at trace time, per ``wp.JaxModulePreloadMode``."""
+def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
+    """Compile and load ``kernel``'s module (its variant for ``block_dim``) at trace time, per ``wp.JaxModulePreloadMode``."""
     mode = wp.JaxModulePreloadMode(mode)
     if mode == wp.JaxModulePreloadMode.NONE:
         return
@@ -427,11 +433,11 @@ def preload(kernel: Any, mode: Any) -> None:
         elif platform in ("gpu", "cuda"):
             devices.extend(wp.get_cuda_devices())
     for device in devices:
-        key = (kernel, str(device))
+        key = (kernel, str(device), block_dim)
         if key in _preloaded:
             continue
         with _preload_lock:
-            _internals.load_entry_points(kernel, device)
+            _internals.load_entry_points(kernel, device, block_dim)
             _preloaded.add(key)
 
 

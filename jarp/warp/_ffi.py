@@ -58,6 +58,7 @@ _FRAME_ARGS = _xla_ffi.FRAME_ARGS
 _FRAME_RETS = _xla_ffi.FRAME_RETS
 _SCALAR_VALUE = _xla_ffi.SCALAR_VALUE
 _BUFFER_DATA = _xla_ffi.BUFFER_DATA
+_GRAD_OFFSET = _internals.ArrayStruct.grad.offset
 
 
 def ensure_registered() -> None:
@@ -163,7 +164,7 @@ class _KernelExecutor(_Executor):
         self.device = device
         kernel = plan.target
         self.adjoint = plan.kind == "adjoint"
-        self.entry = _internals.load_entry_points(kernel, device)
+        self.entry = _internals.load_entry_points(kernel, device, plan.block_dim)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
                 f"kernel {kernel.key!r} has no backward entry point; its module was built with "
@@ -180,12 +181,22 @@ class _KernelExecutor(_Executor):
         self.zero = [(j, res_nbytes[j] * nslices) for j in plan.zero_results if res_nbytes[j]]
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
-        blocks = [self._block([p.primal for p in plan.params], 0, op_offsets, res_offsets)]
+        # The adjoint's primal arrays carry their adjoint buffer as their gradient too, as under wp.Tape: Warp's
+        # adjoints of array views (``a[i]``, ``wp.view``) and of tile loads accumulate through ``array.grad``.
+        grads = [p.adjoint for p in plan.params] if self.adjoint else None
+        blocks = [self._block([p.primal for p in plan.params], 0, op_offsets, res_offsets, grads)]
         if self.adjoint:
             blocks.append(self._block([p.adjoint for p in plan.params], 1, op_offsets, res_offsets))
         self.blocks = blocks
 
-    def _block(self, bindings: list[Binding], block: int, op_offsets: list[list[int]], res_offsets: list[list[int]]):
+    def _block(
+        self,
+        bindings: list[Binding],
+        block: int,
+        op_offsets: list[list[int]],
+        res_offsets: list[list[int]],
+        grads: list[Binding] | None = None,
+    ):
         plan = self.plan
         fields, values = [], []
         for param, binding in zip(plan.params, bindings, strict=True):
@@ -214,6 +225,12 @@ class _KernelExecutor(_Executor):
                 src = 0 if binding.source == "operand" else 1
                 offs = (op_offsets if src == 0 else res_offsets)[binding.index]
                 self.slots.append((block, offset // 8, src, binding.index, offs))
+        for param, grad, (name, _) in zip(plan.params, grads or (), fields, strict=False):
+            if param.spec.is_array and grad.source in ("operand", "result"):
+                offset = getattr(struct_type, name).offset + _GRAD_OFFSET
+                src = 0 if grad.source == "operand" else 1
+                offs = (op_offsets if src == 0 else res_offsets)[grad.index]
+                self.slots.append((block, offset // 8, src, grad.index, offs))
         nwords = (ctypes.sizeof(struct_type) + 7) // 8
         words = ctypes.c_uint64 * nwords
         raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
@@ -221,8 +238,13 @@ class _KernelExecutor(_Executor):
 
 
 class _CpuKernelExecutor(_KernelExecutor):
+    """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
+
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
+        # With wp.config.enable_cpu_blocks, a block dim above 1 builds a variant whose entry point runs each
+        # block's threads as fibers; it records errors (e.g. a fiber stack overflow) instead of aborting.
+        self.cooperative = self.entry.block_dim > 1
         if self.adjoint:
             self.fn = _ENTRY_BACKWARD(self.entry.backward)
         else:
@@ -242,11 +264,15 @@ class _CpuKernelExecutor(_KernelExecutor):
             _memset(_U64(mem, _U64(mem, bases[1] + off)[0] + _BUFFER_DATA)[0], 0, nbytes)
         if self.empty:
             return
+        if self.cooperative:
+            _internals.cpu_block_error()  # clear a stale record
         if self.fast is not None:  # one slice, forward: the common case, kept lean
             block = self.words0.from_buffer_copy(self.raw0)
             for slot, src, off in self.fast:
                 block[slot] = _U64(mem, _U64(mem, bases[src] + off)[0] + _BUFFER_DATA)[0]
             self.fn(self.bounds_addr, block)
+            if self.cooperative:
+                self._raise_block_error()
             return
         ptrs = (
             _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _FRAME_ARGS),
@@ -258,6 +284,13 @@ class _CpuKernelExecutor(_KernelExecutor):
             for block, slot, src, index, offs in self.slots:
                 blocks[block][slot] = ptrs[src][index] + offs[s]
             fn(bounds, *blocks)
+            if self.cooperative:
+                self._raise_block_error()
+
+    def _raise_block_error(self) -> None:
+        message = _internals.cpu_block_error()
+        if message:
+            raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
 
 
 class _CudaKernelExecutor(_KernelExecutor):

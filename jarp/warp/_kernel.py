@@ -11,14 +11,13 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _analysis, _call, _internals, _rules, _runtime_scalars
+from . import _analysis, _call, _internals, _launch, _rules, _runtime_scalars
 from ._options import ModulePreloadMode, ShapeLike, VmapMethod
 from ._primitive import CallConfig
 from ._signature import (
     Signature,
     check_vmap_method,
     make_signature,
-    normalize_dims,
     normalize_output_dims,
     tuple_of_str,
 )
@@ -27,7 +26,11 @@ _WHAT = "jax_kernel()"
 
 
 def _optional_dims(value: Any) -> tuple[int, ...] | None:
-    return None if value is None else normalize_dims(value, f"{_WHAT}: launch_dims")
+    return None if value is None else _launch.normalize_launch_dims(value, f"{_WHAT}: launch_dims")
+
+
+def _block_dim(value: Any) -> int | None:
+    return _launch.check_block_dim(value, _WHAT)
 
 
 def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
@@ -90,6 +93,7 @@ class JaxKernel(eqx.Module):
     enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
     jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
 
     def __check_init__(self) -> None:
         if not isinstance(self.kernel, wp.Kernel):
@@ -134,6 +138,7 @@ class JaxKernel(eqx.Module):
         output_dims: ShapeLike | dict[str, ShapeLike] | None = None,
         launch_dims: ShapeLike | None = None,
         vmap_method: VmapMethod | None = None,
+        block_dim: int | None = None,
     ) -> tuple[jax.Array, ...]:
         """Launch the kernel.
 
@@ -144,11 +149,17 @@ class JaxKernel(eqx.Module):
             output_dims: dims of the pure outputs for this call (overrides the module's).
             launch_dims: launch dims for this call (overrides the module's).
             vmap_method: how this call batches under `jax.vmap` (overrides the module's).
+            block_dim: threads per block for this call (overrides the module's).
 
         Returns:
             The outputs: in-out arguments first, then the pure outputs.
         """
-        options = {"output_dims": output_dims, "launch_dims": launch_dims, "vmap_method": vmap_method}
+        options = {
+            "output_dims": output_dims,
+            "launch_dims": launch_dims,
+            "vmap_method": vmap_method,
+            "block_dim": block_dim,
+        }
         out = _call.try_eager(self, args, options)
         return out if out is not None else self.trace_call(*args, **options)
 
@@ -158,12 +169,17 @@ class JaxKernel(eqx.Module):
         output_dims: Any = None,
         launch_dims: Any = None,
         vmap_method: str | None = None,
+        block_dim: int | None = None,
     ) -> tuple[jax.Array, ...]:
         """Bind the kernel's launch into the current JAX trace (what `__call__` does under `jit`)."""
         if self.jvp is not None or self.vjp is not None:
             bare = dataclasses.replace(self, jvp=None, vjp=None)
             primal = functools.partial(
-                bare.trace_call, output_dims=output_dims, launch_dims=launch_dims, vmap_method=vmap_method
+                bare.trace_call,
+                output_dims=output_dims,
+                launch_dims=launch_dims,
+                vmap_method=vmap_method,
+                block_dim=block_dim,
             )
             return _rules.call_with_rules(primal, args, self.jvp, self.vjp, f"{_WHAT} kernel {self.kernel.key!r}")
         kernel = self.kernel
@@ -185,7 +201,8 @@ class JaxKernel(eqx.Module):
         )
         results = _call.resolve_output_buffers(sig, operands, out_dims, dims, what)
         config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
-        _call.preload(kernel, self.module_preload_mode)
+        block_dim = self.block_dim if block_dim is None else _launch.check_block_dim(block_dim, what)
+        _call.preload(kernel, self.module_preload_mode, block_dim)
         plan = _call.build_plan(
             "kernel",
             kernel,
@@ -197,6 +214,7 @@ class JaxKernel(eqx.Module):
             has_side_effect=False,
             graph_compatible=True,
             name=f"jax_kernel({kernel.key})",
+            block_dim=block_dim,
         )
         return _call.launch(plan, config, operands, self.enable_backward)
 
@@ -215,6 +233,7 @@ def jax_kernel(
     enable_backward: bool = False,
     jvp: Callable[..., Any] | None = None,
     vjp: Callable[..., Any] | None = None,
+    block_dim: int | None = None,
 ) -> Callable[[Any], JaxKernel]: ...
 @overload
 def jax_kernel(
@@ -230,6 +249,7 @@ def jax_kernel(
     enable_backward: bool = False,
     jvp: Callable[..., Any] | None = None,
     vjp: Callable[..., Any] | None = None,
+    block_dim: int | None = None,
 ) -> JaxKernel: ...
 def jax_kernel(
     kernel: Any = None,
@@ -244,6 +264,7 @@ def jax_kernel(
     enable_backward: bool = False,
     jvp: Callable[..., Any] | None = None,
     vjp: Callable[..., Any] | None = None,
+    block_dim: int | None = None,
 ) -> JaxKernel | Callable[[Any], JaxKernel]:
     """Wrap a Warp kernel as a `JaxKernel` module callable from JAX.
 
@@ -277,6 +298,12 @@ def jax_kernel(
         vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
             *cotangents)`` returns one cotangent per floating-point array input,
             given one cotangent per output. Replaces Warp's adjoint.
+        block_dim: threads per block (as in ``wp.jax_kernel(..., block_dim=...)``; None:
+            Warp's default, 256 on CUDA and 1 on the CPU). Tile kernels need it to match
+            their tile sizes; launch them over ``(*grid, block_dim)`` as ``wp.launch_tiled``
+            does. On the CPU a block dim above 1 takes effect only with
+            ``wp.config.enable_cpu_blocks = True``; otherwise each thread runs the whole
+            tile alone. Each block dim is its own build of the kernel's module.
 
     Returns:
         A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.
@@ -303,6 +330,7 @@ def jax_kernel(
         "enable_backward": enable_backward,
         "jvp": jvp,
         "vjp": vjp,
+        "block_dim": block_dim,
     }
     if kernel is None:
         return lambda k: JaxKernel(k, **options)

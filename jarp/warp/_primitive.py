@@ -24,7 +24,7 @@ from jax._src import mesh as _jax_mesh
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _ffi
+from . import _ffi, _internals, _launch
 from ._plans import Buffer, Plan, registry
 from ._signature import FOLD_METHODS
 
@@ -103,6 +103,8 @@ warp_call_p.def_impl(_impl)
 
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     del config
+    if "cpu" in getattr(ctx.module_context, "platforms", ()):
+        _internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
     _ffi.ensure_registered()
     target = _ffi.TARGET if plan.graph_compatible else _ffi.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(
@@ -165,9 +167,12 @@ def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: Ca
             raise ValueError(f"vmap_method='broadcast_all' cannot fold a 0-d operand of {plan.name}")
         a = a if m else jnp.broadcast_to(a, (size, *a.shape))
         ops.append(a.reshape((size * buf.shape[0], *buf.shape[1:])))
+    launch_dims = (size * plan.launch_dims[0], *plan.launch_dims[1:])
+    if plan.kind in ("kernel", "adjoint"):
+        _launch.check_launch(plan.target, launch_dims, plan.block_dim, f"{plan.name} under vmap_method='broadcast_all'")
     new = dataclasses.replace(
         plan,
-        launch_dims=(size * plan.launch_dims[0], *plan.launch_dims[1:]),
+        launch_dims=launch_dims,
         operands=tuple(b if i in plan.scalar_operands else fold(b) for i, b in enumerate(plan.operands)),
         results=tuple(fold(b) for b in plan.results),
         operand_batch=tuple(() for _ in plan.operands),
