@@ -46,6 +46,14 @@ def tiled_sin2_kernel(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float)):
 
 
 @wp.kernel
+def row_weighted_kernel(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+    # reads through a row view: Warp's adjoint accumulates into the view's gradient, i.e. a's
+    i = wp.tid()
+    row = a[i]
+    out[i] = 1.0 * row[0] + 2.0 * row[1] + 3.0 * row[2]
+
+
+@wp.kernel
 def scale_by_block_dim_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float)):
     i = wp.tid()
     b[i] = a[i] * float(wp.block_dim())
@@ -151,6 +159,18 @@ def test_grad_through_tile_kernels_one_thread_per_block() -> None:
     np.testing.assert_allclose(
         jax.grad(lambda b: jnp.sum(sin2(b)[0]))(b), jax.grad(lambda b: jnp.sum(_sin2(b)))(b), rtol=1e-5
     )
+
+
+def test_grad_through_an_array_view() -> None:
+    # Not tile-specific: the adjoint of a read through a view (a[i]) goes to the primal array's gradient field,
+    # which jarp's adjoint launch points at the input's cotangent, as wp.Tape does.
+    a = _matrix(4, 3, seed=5)
+    weighted = jax_kernel(row_weighted_kernel, enable_backward=True, launch_dims=4, output_dims=4)
+    np.testing.assert_allclose(weighted(a)[0], a @ jnp.array([1.0, 2.0, 3.0]), rtol=1e-6, atol=1e-6)
+    check_grads(lambda a: weighted(a)[0], (a,), order=1, modes=["rev"], atol=1e-2, rtol=1e-2)
+    w = jnp.arange(1.0, 5.0, dtype=jnp.float32)
+    grad = jax.grad(lambda a: jnp.dot(w, weighted(a)[0]))(a)
+    np.testing.assert_allclose(grad, np.outer(w, [1.0, 2.0, 3.0]))
 
 
 def test_wp_block_dim_is_one_on_the_cpu_without_cpu_blocks() -> None:
