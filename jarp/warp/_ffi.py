@@ -58,6 +58,7 @@ _FRAME_ARGS = _xla_ffi.FRAME_ARGS
 _FRAME_RETS = _xla_ffi.FRAME_RETS
 _SCALAR_VALUE = _xla_ffi.SCALAR_VALUE
 _BUFFER_DATA = _xla_ffi.BUFFER_DATA
+_GRAD_OFFSET = _internals.ArrayStruct.grad.offset
 
 
 def ensure_registered() -> None:
@@ -163,7 +164,7 @@ class _KernelExecutor(_Executor):
         self.device = device
         kernel = plan.target
         self.adjoint = plan.adjoint
-        self.entry = _internals.load_entry_points(kernel, device)
+        self.entry = _internals.load_entry_points(kernel, device, plan.block_dim)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
                 f"kernel {kernel.key!r} has no backward entry point; its module was built with "
@@ -226,6 +227,11 @@ class _KernelExecutor(_Executor):
                 fields.append((spec.name, _internals.ArrayStruct))
                 values.append(arr)
                 pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
+                grad = param.adjoint
+                if block == 0 and self.adjoint and grad.source in ("operand", "result"):
+                    # As under wp.Tape, the primal array carries its adjoint buffer as its gradient: Warp's
+                    # adjoints of array views (``a[i]``, ``wp.view``) and of tile loads accumulate through it.
+                    pointers.append((spec.name, _GRAD_OFFSET, 0 if grad.source == "operand" else 1, grad.index))
             else:
                 fields.append((spec.name, wp.types.type_ctype(spec.dtype)))
                 values.append(_dtypes.ctype_value(spec.dtype, binding.value if binding.source == "static" else 0))
@@ -242,8 +248,13 @@ class _KernelExecutor(_Executor):
 
 
 class _CpuKernelExecutor(_KernelExecutor):
+    """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
+
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
+        # With wp.config.enable_cpu_blocks, a block dim above 1 builds a variant whose entry point runs each
+        # block's threads as fibers; it records errors (e.g. a fiber stack overflow) instead of aborting.
+        self.cooperative = self.entry.block_dim > 1
         if self.adjoint:
             self.fn = _ENTRY_BACKWARD(self.entry.backward)
         else:
@@ -263,11 +274,15 @@ class _CpuKernelExecutor(_KernelExecutor):
             _memset(_U64(mem, _U64(mem, bases[1] + off)[0] + _BUFFER_DATA)[0], 0, nbytes)
         if self.empty:
             return
+        if self.cooperative:
+            _internals.cpu_block_error()  # clear a stale record
         if self.fast is not None:  # one slice, forward: the common case, kept lean
             block = self.words0.from_buffer_copy(self.raw0)
             for slot, src, off in self.fast:
                 block[slot] = _U64(mem, _U64(mem, bases[src] + off)[0] + _BUFFER_DATA)[0]
             self.fn(self.bounds_addr, block)
+            if self.cooperative:
+                self._raise_block_error()
             return
         ptrs = (
             _read_ptrs(frame, _xla_ffi.FRAME_ARGS_SIZE, _FRAME_ARGS),
@@ -279,6 +294,13 @@ class _CpuKernelExecutor(_KernelExecutor):
             for block, slot, src, index, offs in self.slots:
                 blocks[block][slot] = ptrs[src][index] + offs[s]
             fn(bounds, *blocks)
+            if self.cooperative:
+                self._raise_block_error()
+
+    def _raise_block_error(self) -> None:
+        message = _internals.cpu_block_error()
+        if message:
+            raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
 
 
 class _CudaKernelExecutor(_KernelExecutor):

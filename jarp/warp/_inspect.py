@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import warp as wp
 
-from . import _ffi, _internals
+from . import _ffi, _internals, _launch
 from ._callable import JaxCallable
 from ._kernel import JaxKernel
 from ._plans import Binding, Buffer, Param, Plan, registry
@@ -94,6 +94,9 @@ class PlanInfo:
             ``jarp_warp_call``; otherwise ``jarp_warp_call_no_graph``).
         devices: the devices the plan has been prepared and run on in this process
             (``"cpu"``, ``"cuda:0"``...); empty if it was only lowered.
+        block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
+            the CPU; on the CPU a request above 1 takes effect only with
+            ``wp.config.enable_cpu_blocks``).
         target: the launched object itself: the ``wp.Kernel`` overload, or the function.
     """
 
@@ -113,7 +116,8 @@ class PlanInfo:
     has_side_effect: bool
     graph_compatible: bool
     devices: tuple[str, ...]
-    target: Any = dataclasses.field(repr=False, compare=False)
+    block_dim: int | None = None
+    target: Any = dataclasses.field(repr=False, compare=False, default=None)
 
     def __str__(self) -> str:
         def buffers(bufs: tuple[BufferInfo, ...]) -> str:
@@ -121,7 +125,8 @@ class PlanInfo:
 
         lines = [
             f"plan {self.handle}: {self.kind} {self.kernel} (module {self.module})",
-            f"  launch dims {self.launch_dims}, batch shape {self.batch_shape}, "
+            f"  launch dims {self.launch_dims}, block dim {self.block_dim or 'default'}, "
+            f"batch shape {self.batch_shape}, "
             f"devices {', '.join(self.devices) or 'none yet'}",
             f"  operands: {buffers(self.operands)}",
             f"  results:  {buffers(self.results)}",
@@ -194,6 +199,7 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         has_side_effect=plan.has_side_effect,
         graph_compatible=plan.graph_compatible,
         devices=devices,
+        block_dim=plan.block_dim,
         target=target,
     )
 
@@ -270,7 +276,20 @@ def _warp_module(obj: Any, what: str) -> wp.Module:
     return module
 
 
-def kernel_source(kernel_or_module: Any, device: Literal["cpu", "cuda"] = "cpu", *, arch: int | None = None) -> str:
+def _block_dim_of(obj: Any, block_dim: int | None, what: str) -> int | None:
+    """The requested block dim: ``block_dim`` if given, else a `JaxKernel`'s own, else Warp's default (None)."""
+    if block_dim is not None:
+        return _launch.check_block_dim(block_dim, what)
+    return obj.block_dim if isinstance(obj, JaxKernel) else None
+
+
+def kernel_source(
+    kernel_or_module: Any,
+    device: Literal["cpu", "cuda"] = "cpu",
+    *,
+    arch: int | None = None,
+    block_dim: int | None = None,
+) -> str:
     """Return the C++ or CUDA source Warp generates for a kernel's module.
 
     Warp compiles one native module per Python module, so the source covers every
@@ -286,6 +305,9 @@ def kernel_source(kernel_or_module: Any, device: Literal["cpu", "cuda"] = "cpu",
         arch: for ``"cuda"``, the CUDA architecture to generate for (e.g. 90); it only changes
             tile kernels that link NVIDIA's math libraries. By default the arch Warp would
             compile for on the first CUDA device, or Warp's default PTX arch without a GPU.
+        block_dim: the threads per block of the build to show (tile code depends on it). By
+            default a `JaxKernel`'s own ``block_dim``, else Warp's default (256 on CUDA, 1 on the
+            CPU; on the CPU a block dim above 1 applies only with ``wp.config.enable_cpu_blocks``).
 
     Returns:
         The generated source, as Warp writes it next to the compiled module in its kernel cache.
@@ -311,9 +333,10 @@ def kernel_source(kernel_or_module: Any, device: Literal["cpu", "cuda"] = "cpu",
     if arch is not None and (isinstance(arch, bool) or not isinstance(arch, int)):
         raise TypeError(f"{what}: arch must be an int such as 90, got {arch!r}.")
     module = _warp_module(kernel_or_module, what)
+    block_dim = _block_dim_of(kernel_or_module, block_dim, what)
     if device == "cuda" and arch is None:
         arch = _internals.default_cuda_arch()
-    return _internals.module_codegen(module, device, arch)
+    return _internals.module_codegen(module, device, arch, block_dim)
 
 
 def _archs(arch: int | Iterable[int], what: str) -> tuple[int, ...]:
@@ -340,6 +363,7 @@ def compile_aot(
     module_dir: str | os.PathLike[str] | None = None,
     *,
     use_ptx: bool = False,
+    block_dim: int | None = None,
 ) -> dict[int, Path]:
     """Compile a kernel's Warp module ahead of time for CUDA architectures, without a GPU.
 
@@ -356,6 +380,9 @@ def compile_aot(
         module_dir: where to write the source (``.cu``), metadata (``.meta``) and binaries;
             by default a ``wp_<module>_<hash>`` directory in Warp's kernel cache.
         use_ptx: build PTX (compiled by the driver when loaded) instead of a CUBIN.
+        block_dim: the threads per block to build for: each block dim is its own build (and
+            its own module hash), the one a launch with that ``block_dim`` loads. By default a
+            `JaxKernel`'s own ``block_dim``, else the module's default (256).
 
     Returns:
         The path of the compiled binary for each architecture, in the order given
@@ -382,5 +409,9 @@ def compile_aot(
     _internals.runtime_core()  # Warp must be initialised to know its CUDA toolkit
     archs = _archs(arch, what)
     out_dir = None if module_dir is None else os.fspath(module_dir)
-    paths = wp.compile_aot_module(module, arch=list(archs), module_dir=out_dir, use_ptx=use_ptx)
+    block_dim = _block_dim_of(kernel_or_module, block_dim, what)
+    if block_dim is None or block_dim == module.options["block_dim"]:
+        paths = wp.compile_aot_module(module, arch=list(archs), module_dir=out_dir, use_ptx=use_ptx)
+    else:
+        paths = _internals.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
     return {a: Path(p) for a, p in zip(archs, paths, strict=True)}

@@ -12,18 +12,29 @@ each one still has the shape jarp relies on.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import warp as wp
+from warp._src.codegen import _TID_MAX_EXTENT as TID_MAX_EXTENT
 from warp._src.codegen import Struct as _Struct
-from warp._src.context import _build_kernel_launch_bounds, _raise_cuda_launch_error
+from warp._src.context import (
+    _build_kernel_launch_bounds,
+    _raise_cuda_launch_error,
+    _resolve_launch_block_dim,
+    _validate_cuda_arch_suffix,
+)
 from warp._src.types import array_t as ArrayStruct
 
 __all__ = [
+    "TID_MAX_EXTENT",
     "ArrayStruct",
     "EntryPoints",
+    "compile_aot_variant",
+    "cpu_block_error",
     "cuda_launch",
     "cuda_memset",
     "default_cuda_arch",
@@ -34,6 +45,7 @@ __all__ = [
     "load_entry_points",
     "make_kernel",
     "module_codegen",
+    "resolve_block_dim",
     "runtime_core",
     "struct_ctype",
     "struct_fields",
@@ -43,10 +55,23 @@ __all__ = [
 ]
 
 _LOAD_LOCK = threading.Lock()
-# Warp's CPU kernels run one thread per block unless cooperative CPU blocks are
-# enabled; jarp never enables them, and CUDA keeps Warp's default of 256.
+# Warp's default block dims: CUDA runs 256 threads per block; the CPU runs one thread per
+# block unless ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative.
 _CPU_BLOCK_DIM = 1
 _CUDA_BLOCK_DIM = 256
+
+
+def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
+    """The block dim Warp builds and launches ``device``'s module variant with for a requested ``block_dim``.
+
+    ``None`` is Warp's default (256 on CUDA, 1 on the CPU). On the CPU a request above 1
+    takes effect only with ``wp.config.enable_cpu_blocks`` (cooperative CPU blocks);
+    otherwise it resolves to 1, as in ``wp.launch``.
+
+    Raises:
+        ValueError: for a CPU request above 1024.
+    """
+    return int(_resolve_launch_block_dim(device, block_dim))
 
 
 def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
@@ -69,7 +94,12 @@ def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: st
 
 
 def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> ctypes.Structure:
-    """Build (and validate) the launch-bounds struct a kernel entry point takes."""
+    """Build (and validate) the launch-bounds struct a kernel entry point takes.
+
+    Raises:
+        ValueError: if an extent that the kernel reads through ``wp.tid()`` exceeds
+            ``TID_MAX_EXTENT`` in the module variant built with ``block_dim`` (Warp's message).
+    """
     return _build_kernel_launch_bounds(tuple(dims), kernel, block_dim)
 
 
@@ -111,18 +141,56 @@ def _address(fn: Any) -> int:
     return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
 
-def load_entry_points(kernel: wp.Kernel, device: wp.context.Device) -> EntryPoints:
-    """Compile (if needed) and load ``kernel``'s module on ``device``; return its entry points."""
-    block_dim = _CPU_BLOCK_DIM if device.is_cpu else _CUDA_BLOCK_DIM
+def check_cpu_support(what: str) -> None:
+    """Raise `RuntimeError` if this Warp build cannot run kernels on the CPU."""
+    if not wp.is_cpu_available():
+        raise RuntimeError(
+            f"{what}: This Warp build does not include CPU support (its LLVM/Clang CPU backend is missing), "
+            "so it cannot run on a JAX CPU device. Run on a CUDA device (put the arrays on a GPU, or use "
+            "jax.default_device), or install a Warp build with CPU support (the PyPI wheels include it)."
+        )
+
+
+def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: int | None = None) -> EntryPoints:
+    """Compile (if needed) and load ``kernel``'s module on ``device``; return its entry points.
+
+    Args:
+        kernel: the kernel (a concrete overload).
+        device: the Warp device.
+        block_dim: the requested block dim (None: Warp's default), resolved for ``device``
+            by `resolve_block_dim`; each block dim is its own build of the module.
+
+    Raises:
+        RuntimeError: if Warp has no CPU support and ``device`` is the CPU, or Warp returned
+            no loaded module (its build failed earlier in this process).
+        ValueError: for a CPU block dim above 1024.
+    """
+    if device.is_cpu:
+        check_cpu_support(f"kernel {kernel.key!r}")
+    resolved = resolve_block_dim(device, block_dim)
     with _LOAD_LOCK:
-        module_exec = kernel.module.load(device, block_dim)
+        module_exec = kernel.module.load(device, resolved)
         if module_exec is None:
             raise RuntimeError(
-                f"Failed to load Warp module {kernel.module.name!r} (kernel {kernel.key!r}) on {device} after a "
-                "previous build failure; see Warp's compiler output above."
+                f"Failed to load Warp module '{kernel.module.name}' on device '{device}' after a previous build "
+                f"failure (kernel {kernel.key!r}, block_dim={resolved}). Warp keeps a failed build until the module "
+                "changes: see the compiler error printed when it first failed, fix the kernel, and redefine it "
+                "(or restart Python)."
             )
         hooks = module_exec.get_kernel_hooks(kernel)
-    return EntryPoints(device, module_exec, hooks, module_exec.block_dim)
+    entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim)
+    if not entry.forward:
+        raise RuntimeError(
+            f"Failed to find the forward entry point of kernel {kernel.key!r} in Warp module "
+            f"'{kernel.module.name}' on device '{device}'; the loaded module does not contain this kernel."
+        )
+    return entry
+
+
+def cpu_block_error() -> str:
+    """Take (and clear) the error a cooperative CPU block launch recorded, or ``""``."""
+    err = runtime_core().wp_take_cpu_block_error()
+    return err.decode("utf-8", errors="replace") if err else ""
 
 
 def runtime_core() -> Any:
@@ -216,25 +284,29 @@ def check_internals() -> None:
     assert struct_ctype(probe)._fields_[0][1] is ArrayStruct, "struct array fields are no longer array_t"
     assert struct_instance_type(probe()) is probe, "StructInstance._cls changed"
     assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
-    for attr in ("wp_cuda_launch_kernel", "wp_memset_device"):
+    for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
 
 
 # -- inspection --
 
 
-def module_codegen(module: wp.Module, target: str, arch: int | None = None) -> str:
+def module_codegen(module: wp.Module, target: str, arch: int | None = None, block_dim: int | None = None) -> str:
     """Warp's generated C++ (``target="cpu"``) or CUDA (``target="cuda"``) source of a Warp module.
 
     The source is the one a build of ``module`` compiles: it covers every kernel of
     the module (each registered overload of a generic kernel) with the block dim
-    jarp loads it with (1 on the CPU, 256 on CUDA). ``arch`` is the CUDA output
-    architecture (e.g. 90); it only changes the code of tile kernels that link
-    NVIDIA's math libraries, and is ignored for the CPU.
+    jarp loads it with for a requested ``block_dim`` (see `resolve_block_dim`: by
+    default 1 on the CPU, 256 on CUDA). ``arch`` is the CUDA output architecture
+    (e.g. 90); it only changes the code of tile kernels that link NVIDIA's math
+    libraries, and is ignored for the CPU.
     """
     runtime_core()  # Warp must be initialised before code generation
     is_cpu = target == "cpu"
-    block_dim = _CPU_BLOCK_DIM if is_cpu else _CUDA_BLOCK_DIM
+    if is_cpu:
+        block_dim = resolve_block_dim(wp.get_device("cpu"), block_dim)
+    elif block_dim is None:
+        block_dim = _CUDA_BLOCK_DIM
     module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
     options = module.resolve_options(wp.config, block_dim=block_dim) | {"output_arch": None if is_cpu else arch}
     source, _ext, _meta, _ltoirs, _fatbins = module._run_codegen(options, is_cpu)
@@ -247,3 +319,41 @@ def default_cuda_arch() -> int:
     if wp.is_cuda_available():
         return int(wp.get_cuda_device().get_cuda_compile_arch())
     return int(wp._src.context.runtime.default_ptx_arch)
+
+
+def compile_aot_variant(
+    module: wp.Module,
+    archs: Sequence[int],
+    module_dir: str | os.PathLike[str] | None,
+    use_ptx: bool,
+    block_dim: int,
+) -> list[Path]:
+    """Compile ``module``'s CUDA build for ``block_dim`` ahead of time, once per arch; return the binaries' paths.
+
+    ``wp.compile_aot_module`` always builds the module's default block dim; this builds
+    the variant a launch with ``block_dim`` loads, with the same file layout
+    (``<dir>/wp_<module>_<hash>.sm<arch>.cubin``, the hash covering the block dim).
+    """
+    runtime_core()
+    module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
+    options = module.resolve_options(wp.config, block_dim=block_dim)
+    runtime = wp._src.context.runtime
+    if module_dir is None:
+        out_dir = Path(wp.config.kernel_cache_dir) / module.get_module_identifier(block_dim=block_dim)
+    else:
+        out_dir = Path(module_dir)
+    paths = []
+    for arch in archs:
+        module._compile(
+            None,
+            None if module_dir is None else os.fspath(module_dir),
+            output_arch=arch,
+            use_ptx=use_ptx,
+            options=options,
+        )
+        suffix = _validate_cuda_arch_suffix(
+            arch, device_arch=arch, toolkit_version=runtime.toolkit_version, device_name=None
+        )
+        name = module._get_compile_output_name(None, arch, arch_suffix=suffix, use_ptx=use_ptx, block_dim=block_dim)
+        paths.append(out_dir / name)
+    return paths

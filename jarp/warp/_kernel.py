@@ -9,7 +9,7 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from . import _analysis, _dims, _internals, _preload, _runtime_scalars
+from . import _analysis, _dims, _internals, _launch, _preload, _runtime_scalars
 from ._binding import BoundCall, warp_dtypes
 from ._module import AbstractWarpModule, make_module
 from ._options import JaxKernelOptions
@@ -19,7 +19,6 @@ from ._signature import (
     Signature,
     check_vmap_method,
     make_signature,
-    normalize_dims,
     normalize_output_dims,
     tuple_of_str,
 )
@@ -28,7 +27,11 @@ _WHAT = "jax_kernel()"
 
 
 def _optional_dims(value: Any) -> tuple[int, ...] | None:
-    return None if value is None else normalize_dims(value, f"{_WHAT}: launch_dims")
+    return None if value is None else _launch.normalize_launch_dims(value, f"{_WHAT}: launch_dims")
+
+
+def _block_dim(value: Any) -> int | None:
+    return _launch.check_block_dim(value, _WHAT)
 
 
 def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
@@ -75,7 +78,7 @@ class JaxKernel(AbstractWarpModule):
     Calling it launches the kernel and returns a tuple of output arrays (in-out
     arguments first, then pure outputs, which start zero-filled)::
 
-        kernel(*args, output_dims=None, launch_dims=None, vmap_method=None)
+        kernel(*args, output_dims=None, launch_dims=None, vmap_method=None, block_dim=None)
 
     ``args`` has one value per kernel input (in-out arguments included), in order:
     JAX or NumPy arrays for array parameters (vector/matrix elements as trailing
@@ -110,10 +113,16 @@ class JaxKernel(AbstractWarpModule):
         vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
             *cotangents)`` returns one cotangent per floating-point array input,
             given one cotangent per output. Replaces Warp's adjoint.
+        block_dim: threads per block (as in ``wp.jax_kernel(..., block_dim=...)``; None:
+            Warp's default, 256 on CUDA and 1 on the CPU). Tile kernels need it to match
+            their tile sizes; launch them over ``(*grid, block_dim)`` as ``wp.launch_tiled``
+            does. On the CPU a block dim above 1 takes effect only with
+            ``wp.config.enable_cpu_blocks = True``; otherwise each thread runs the whole
+            tile alone. Each block dim is its own build of the kernel's module.
     """
 
     _what = _WHAT
-    _call_options = ("output_dims", "launch_dims", "vmap_method")
+    _call_options = ("output_dims", "launch_dims", "vmap_method", "block_dim")
     _runtime_scalars = True
 
     kernel: wp.Kernel = eqx.field(static=True)
@@ -131,6 +140,7 @@ class JaxKernel(AbstractWarpModule):
     enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
     jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
 
     def __check_init__(self) -> None:
         if not isinstance(self.kernel, wp.Kernel):
@@ -189,7 +199,9 @@ class JaxKernel(AbstractWarpModule):
         requested = options.get("launch_dims")
         dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
         results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
-        _preload.preload(target, self.module_preload_mode)
+        block_dim = options.get("block_dim")
+        block_dim = self.block_dim if block_dim is None else _launch.check_block_dim(block_dim, what)
+        _preload.preload(target, self.module_preload_mode, block_dim)
         return build_plan(
             Runs.KERNEL,
             target,
@@ -200,6 +212,7 @@ class JaxKernel(AbstractWarpModule):
             has_side_effect=False,
             graph_compatible=True,
             name=f"jax_kernel({target.key})",
+            block_dim=block_dim,
         )
 
 
@@ -223,7 +236,7 @@ def jax_kernel(
         **options: the module's options (keyword only), described under `JaxKernel`:
             ``arg_types_factory``, ``num_outputs``, ``vmap_method``, ``launch_dims``,
             ``output_dims``, ``in_out_argnames``, ``module_preload_mode``,
-            ``enable_backward``, ``jvp``, ``vjp``.
+            ``enable_backward``, ``jvp``, ``vjp``, ``block_dim``.
 
     Returns:
         A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _analysis, _internals
+from . import _analysis, _internals, _launch
 from ._binding import BoundCall
 from ._plans import Binding, Buffer, Param, Plan, Runs
 from ._signature import Signature
@@ -25,6 +25,7 @@ def build_plan(
     has_side_effect: bool,
     graph_compatible: bool,
     name: str,
+    block_dim: int | None = None,
 ) -> Plan:
     """The forward plan of one call.
 
@@ -38,7 +39,10 @@ def build_plan(
         has_side_effect: keep the call when its results are unused.
         graph_compatible: whether XLA may capture the call in a CUDA graph.
         name: the plan's name for messages and inspection.
+        block_dim: threads per block (kernels; None for Warp's default).
     """
+    if runs is Runs.KERNEL:
+        _launch.check_launch(target, launch_dims, block_dim, name)
     params = []
     op_index = 0
     in_out_index = 0
@@ -63,13 +67,15 @@ def build_plan(
         else:
             params.append(Param(spec, Binding("operand", op_index)))
             op_index += 1
+    operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands)
+    _launch.check_array_extents(params, operand_buffers, results, name)
     return Plan(
         runs=runs,
         adjoint=False,
         target=target,
         params=tuple(params),
         launch_dims=launch_dims,
-        operands=tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands),
+        operands=operand_buffers,
         results=tuple(results),
         zero_results=_zero_filled(runs, target, sig, results, launch_dims, name),
         aliases=tuple(aliases),
@@ -77,6 +83,7 @@ def build_plan(
         has_side_effect=has_side_effect,
         graph_compatible=graph_compatible,
         name=name,
+        block_dim=block_dim,
     )
 
 

@@ -88,6 +88,9 @@ class Plan:
         protected: results that only give a callable a private copy of an input (aliased, discarded).
         graph_compatible: may be captured in a CUDA graph by XLA.
         name: a human-readable name for errors and inspection.
+        block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
+            the CPU); each device loads the module variant built for it (see
+            ``_internals.resolve_block_dim``). Ignored for callables.
     """
 
     runs: Runs
@@ -106,6 +109,7 @@ class Plan:
     scalar_operands: tuple[int, ...] = ()
     protected: tuple[int, ...] = ()
     name: str = ""
+    block_dim: int | None = None
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

@@ -14,8 +14,8 @@ _preloaded: set[tuple[Any, str]] = set()
 _preload_lock = threading.Lock()
 
 
-def preload(kernel: Any, mode: Any) -> None:
-    """Compile and load ``kernel``'s module at trace time, per ``wp.JaxModulePreloadMode``."""
+def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
+    """Compile and load ``kernel``'s module (its variant for ``block_dim``) at trace time, per ``wp.JaxModulePreloadMode``."""
     mode = wp.JaxModulePreloadMode(mode)
     if mode == wp.JaxModulePreloadMode.NONE:
         return
@@ -30,9 +30,9 @@ def preload(kernel: Any, mode: Any) -> None:
         elif platform in ("gpu", "cuda"):
             devices.extend(wp.get_cuda_devices())
     for device in devices:
-        key = (kernel, str(device))
+        key = (kernel, str(device), block_dim)
         if key in _preloaded:
             continue
         with _preload_lock:
-            _internals.load_entry_points(kernel, device)
+            _internals.load_entry_points(kernel, device, block_dim)
             _preloaded.add(key)

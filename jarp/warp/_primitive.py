@@ -18,11 +18,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import warp as wp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _ffi, _jax_internals
+from . import _ffi, _internals, _jax_internals, _launch
 from ._plans import Buffer, Plan, Runs, registry
 from ._signature import FOLD_METHODS
 
@@ -93,20 +92,10 @@ def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
 warp_call_p.def_impl(_impl)
 
 
-def _check_platforms(platforms: Sequence[str], name: str) -> None:
-    # Warp builds without CPU support exist (no bundled compiler); fail at lowering with Warp's wording instead of
-    # inside the FFI callback. Looked up on `wp` at each lowering, so a monkeypatched `wp.is_cpu_available` counts.
-    if "cpu" in platforms and not wp.is_cpu_available():
-        raise RuntimeError(
-            f"{name}: this Warp build does not include CPU support, so it cannot run on JAX's CPU devices; "
-            "run it on a GPU (jax.default_device, or device_put its inputs there), or install a Warp build with "
-            "CPU support."
-        )
-
-
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     del config
-    _check_platforms(ctx.module_context.platforms, plan.name)
+    if "cpu" in getattr(ctx.module_context, "platforms", ()):
+        _internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
     _ffi.ensure_registered()
     target = _ffi.TARGET if plan.graph_compatible else _ffi.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(
@@ -165,9 +154,12 @@ def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: Ca
             raise ValueError(f"vmap_method='broadcast_all' cannot fold a 0-d operand of {plan.name}")
         a = a if m else jnp.broadcast_to(a, (size, *a.shape))
         ops.append(a.reshape((size * buf.shape[0], *buf.shape[1:])))
+    launch_dims = (size * plan.launch_dims[0], *plan.launch_dims[1:])
+    if plan.runs is Runs.KERNEL:
+        _launch.check_launch(plan.target, launch_dims, plan.block_dim, f"{plan.name} under vmap_method='broadcast_all'")
     new = dataclasses.replace(
         plan,
-        launch_dims=(size * plan.launch_dims[0], *plan.launch_dims[1:]),
+        launch_dims=launch_dims,
         operands=tuple(b if i in plan.scalar_operands else fold(b) for i, b in enumerate(plan.operands)),
         results=tuple(fold(b) for b in plan.results),
         operand_batch=tuple(() for _ in plan.operands),

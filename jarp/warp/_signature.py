@@ -207,8 +207,8 @@ def _dim(d: Any) -> int:
     return operator.index(d)
 
 
-def normalize_dims(value: ShapeLike, what: str) -> tuple[int, ...]:
-    """Turn an int or a sequence of ints into a tuple of ints in ``[0, 2**31)``."""
+def normalize_dims(value: ShapeLike, what: str, max_extent: int | None = MAX_EXTENT) -> tuple[int, ...]:
+    """Turn an int or a sequence of ints into a tuple of ints in ``[0, max_extent]`` (no upper bound for None)."""
     try:
         if isinstance(value, (str, bytes, Mapping)) or (
             isinstance(value, Iterable) and not isinstance(value, Sequence)
@@ -219,7 +219,7 @@ def normalize_dims(value: ShapeLike, what: str) -> tuple[int, ...]:
         raise TypeError(f"{what} must be an int or a sequence (tuple, list) of ints, got {value!r}.") from None
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} must be non-negative, got {dims}.")
-    if any(d > MAX_EXTENT for d in dims):
+    if max_extent is not None and any(d > max_extent for d in dims):
         raise ValueError(f"{what} has an extent above Warp's limit of 2**31 - 1: {dims}.")
     return dims
 

@@ -1,0 +1,151 @@
+"""Launch configuration checks: the block dim, launch extents and ``wp.tid()``'s 32-bit coordinates.
+
+jarp follows Warp's rules (``wp.jax_kernel`` in Warp >= 1.16) and reports a
+violation at trace time, where the call is, rather than from inside the FFI
+callback:
+
+* ``block_dim`` is a positive int (or None for Warp's default), at most 1024 (the
+  CUDA limit on threads per block, and Warp's CPU limit).
+* A launch extent may exceed ``2**31 - 1`` only in a dimension the kernel provably
+  never reads through ``wp.tid()``: a dimension past the kernel's ``wp.tid()`` arity
+  (its threads share coordinates), or any dimension when code generation proves
+  that ``wp.tid()`` is never used. Warp's generated code decides that, for the
+  module variant of each block dim a launch may use.
+* Warp arrays have 32-bit dims, so no array argument may have a dim above ``2**31 - 1``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import warp as wp
+
+from . import _internals
+from ._plans import Buffer, Param
+from ._signature import MAX_EXTENT, normalize_dims
+
+MAX_BLOCK_DIM = 1024
+# launch bounds carry the thread count as a size_t, and XLA sizes buffers with int64
+_MAX_LAUNCH_SIZE = 2**63 - 1
+
+
+def check_block_dim(value: Any, what: str) -> int | None:
+    """Validate a ``block_dim`` option: None, or an int in ``[1, 1024]`` (NumPy integers accepted).
+
+    Args:
+        value: the option's value.
+        what: the caller, for error messages (e.g. ``"jax_kernel()"``).
+
+    Returns:
+        None, or the block dim as a Python int.
+
+    Raises:
+        TypeError: for a bool or a non-integer.
+        ValueError: for a value that is not positive or is above 1024.
+
+    Example:
+        ```python
+        assert check_block_dim(np.int64(64), "jax_kernel()") == 64
+        ```
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(
+            f"{what}: block_dim must be an integer or None, got {value!r}; pass the number of threads per block "
+            "(e.g. 64 or 256), or None for Warp's default (256 on CUDA, 1 on the CPU)."
+        )
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{what}: block_dim must be an integer or None, got {value!r} ({type(value).__name__}); pass the number "
+            "of threads per block (e.g. 64 or 256), or None for Warp's default (256 on CUDA, 1 on the CPU)."
+        ) from None
+    if value <= 0:
+        raise ValueError(
+            f"{what}: block_dim must be positive, got {value}; pass the number of threads per block (e.g. 64 or "
+            "256), or None for Warp's default (256 on CUDA, 1 on the CPU)."
+        )
+    if value > MAX_BLOCK_DIM:
+        raise ValueError(
+            f"{what}: block_dim must be at most {MAX_BLOCK_DIM} (the CUDA limit on threads per block, and Warp's "
+            f"CPU limit), got {value}."
+        )
+    return int(value)
+
+
+def normalize_launch_dims(value: Any, what: str) -> tuple[int, ...]:
+    """Turn launch dims (an int or a sequence of ints) into a tuple of non-negative ints.
+
+    Unlike array dims, a launch extent may exceed ``2**31 - 1``; `check_launch` then
+    decides, with the kernel, whether ``wp.tid()`` can represent it.
+
+    Raises:
+        TypeError: for something that is not an int or a sequence of ints.
+        ValueError: for a negative extent, or a launch of more than ``2**63 - 1`` threads.
+    """
+    dims = normalize_dims(value, what, max_extent=None)
+    if math.prod(dims) > _MAX_LAUNCH_SIZE:
+        raise ValueError(f"{what}: {dims} launches more than 2**63 - 1 threads.")
+    return dims
+
+
+def _target_block_dims(block_dim: int | None) -> tuple[int, ...]:
+    """The block dims a launch with ``block_dim`` may build its module variant for, on any platform."""
+    cuda = 256 if block_dim is None else block_dim
+    return (cuda,) if cuda == 1 else (cuda, 1)
+
+
+def check_launch(kernel: wp.Kernel, dims: tuple[int, ...], block_dim: int | None, what: str) -> None:
+    """Check that ``kernel`` can be launched over ``dims`` on any platform (Warp's FFI check at trace time).
+
+    Tracing does not know the device the program will run on, so as in Warp the
+    check covers the module variants for the CUDA block dim (``block_dim``, or 256)
+    and for the CPU's (1). It costs nothing unless the launch has more than
+    ``2**31`` threads; then Warp generates the variant's code once to learn whether
+    the kernel uses ``wp.tid()``.
+
+    Raises:
+        ValueError: if an extent the kernel reads through ``wp.tid()`` exceeds ``2**31``,
+            with Warp's message.
+    """
+    if math.prod(dims) <= _internals.TID_MAX_EXTENT:
+        return
+    for bd in _target_block_dims(block_dim):
+        try:
+            _internals.launch_bounds(kernel, dims, bd)
+        except ValueError as e:
+            raise ValueError(
+                f"{what}: launch_dims {dims}: {e} The kernel reads that dimension through wp.tid(), so pass "
+                f"launch_dims of at most {_internals.TID_MAX_EXTENT} along it (split the work into several launches "
+                "with an offset argument, or spread it over more launch dims); only dims the kernel never reads "
+                "through wp.tid() may be larger."
+            ) from None
+
+
+def check_array_extents(
+    params: Sequence[Param], operands: Sequence[Buffer], results: Sequence[Buffer], what: str
+) -> None:
+    """Check that every array argument's Warp dims fit Warp's 32-bit array dims.
+
+    Raises:
+        ValueError: naming the argument whose dim is above ``2**31 - 1``.
+    """
+    arrays = []
+    for p in params:
+        b = p.primal
+        if p.spec.is_struct:  # a struct's array fields are operands
+            arrays.extend((leaf, operands[i]) for leaf, i in zip(p.spec.struct.array_specs, b.fields, strict=True))
+        elif p.spec.is_array and b.source in ("operand", "result"):
+            arrays.append((p.spec, operands[b.index] if b.source == "operand" else results[b.index]))
+    for spec, buf in arrays:
+        dims = buf.shape[: spec.warp_ndim]
+        if any(n > MAX_EXTENT for n in dims):
+            raise ValueError(
+                f"{what}: argument {spec.name!r} has dims {dims}, but Warp arrays have 32-bit dims (at most "
+                f"2**31 - 1 = {MAX_EXTENT}); split it into several arrays or launches."
+            )
