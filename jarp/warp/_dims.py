@@ -26,6 +26,14 @@ def default_launch_dims(bound: BoundCall) -> tuple[int, ...] | None:
     return None
 
 
+def _input_dims(bound: BoundCall, ndim: int) -> tuple[int, ...] | None:
+    """The Warp shape of the first array parameter with ``ndim`` array dims, or None."""
+    for spec, op in zip(bound.operand_specs, bound.operands, strict=True):
+        if spec.is_array and spec.warp_ndim == ndim and spec.name in {p.name for p in bound.sig.inputs}:
+            return tuple(op.shape[:ndim])
+    return None
+
+
 def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
     """The launch dims: ``requested`` if given, else the first array input's Warp shape."""
     if requested is None:
@@ -76,6 +84,10 @@ def result_buffers(
             dims = output_dims_for(spec, named[spec.name], f"{what}: output_dims[{spec.name!r}]")
         elif output_dims is not None:
             dims = output_dims_for(spec, output_dims, f"{what}: output_dims")
+        elif default_dims is not None and len(default_dims) != spec.warp_ndim and _input_dims(bound, spec.warp_ndim):
+            # As Warp's bridge: an output with another number of array dims than the launch (an axis the
+            # kernel loops over itself) takes the shape of the first array input with its number of dims.
+            dims = _input_dims(bound, spec.warp_ndim)
         elif default_dims is not None:
             dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")
         else:

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import warp as wp
 
 _TYPED = object()  # marks a (tag, type name, number) triple in a frozen cache key
 
@@ -31,7 +32,7 @@ def _eager_impl(
     for i, value in statics:
         leaves.insert(i, _thaw(value))
     args = jax.tree_util.tree_unflatten(treedef, leaves)
-    return module._trace(tuple(args), {k: _thaw(v) for k, v in options})
+    return module._trace(tuple(args), {k: _thaw(v) for k, v in options if not k.startswith("wp.config.")})
 
 
 _eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2, 3))
@@ -60,6 +61,8 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     try:
         statics = [(i, _freeze(a)) for i, a in statics]
         key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
+        # Warp settings read at trace time that pick another build of the kernel.
+        key += (("wp.config.enable_cpu_blocks", bool(wp.config.enable_cpu_blocks)),)
         hash((treedef, tuple(statics), key))
     except TypeError:
         return None

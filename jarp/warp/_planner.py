@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import warp as wp
 
 from . import _analysis, _internals, _launch
 from ._binding import BoundCall
@@ -84,6 +85,7 @@ def build_plan(
         graph_compatible=graph_compatible,
         name=name,
         block_dim=block_dim,
+        cpu_blocks=bool(runs is Runs.KERNEL and block_dim is not None and wp.config.enable_cpu_blocks),
     )
 
 

@@ -91,6 +91,9 @@ class Plan:
         block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
             the CPU); each device loads the module variant built for it (see
             ``_internals.resolve_block_dim``). Ignored for callables.
+        cpu_blocks: ``wp.config.enable_cpu_blocks`` when the call was traced. It decides the
+            CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
+            (and a new executor) instead of reusing one loaded under the old setting.
     """
 
     runs: Runs
@@ -110,6 +113,7 @@ class Plan:
     protected: tuple[int, ...] = ()
     name: str = ""
     block_dim: int | None = None
+    cpu_blocks: bool = False
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

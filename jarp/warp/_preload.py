@@ -30,7 +30,7 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
         elif platform in ("gpu", "cuda"):
             devices.extend(wp.get_cuda_devices())
     for device in devices:
-        key = (kernel, str(device), block_dim)
+        key = (kernel, str(device), block_dim, bool(wp.config.enable_cpu_blocks))
         if key in _preloaded:
             continue
         with _preload_lock:

@@ -108,80 +108,8 @@ WARP_TESTS = (
     "test_jax_kernel_vecmat_ffi_cpu",
 )
 
-_BLOCK_DIM = (
-    "jarp.warp.jax_kernel has no block_dim option (TypeError: unexpected keyword argument 'block_dim'); "
-    "fix: accept block_dim in jax_kernel()/JaxKernel (jarp/warp/_kernel.py), validate it with Warp's wording "
-    "('block_dim must be positive', 'block_dim must be an integer or None'), expose it as .block_dim, and load and "
-    "launch with it (jarp/warp/_internals.py load_entry_points, jarp/warp/_ffi.py executors)"
-)
-_OUTPUT_FROM_INPUT = (
-    "the kernel's output has more dims than the explicit launch_dims (3-d wp.tid() over a 4-d array; Warp's "
-    "differentiable jax_kernel is built on jax_callable, whose outputs default to the first array input's shape): "
-    "jarp defaults output dims to the launch dims and refuses them (ValueError from _signature.output_dims_for: "
-    "'must have 4 dims, got (8, 8, 8)'); fix: in jarp/warp/_call.py resolve_output_buffers, when the default "
-    "(launch) dims have the wrong rank for an output, fall back to the first array input's Warp shape"
-)
-_TID_EXTENT = (
-    "jarp refuses every launch_dims extent above 2**31 - 1 when the JaxKernel is built (ValueError from "
-    "_signature.normalize_dims via _kernel._optional_dims), with its own wording; Warp allows them, and only refuses "
-    "at trace time, with 'Warp cannot launch a kernel using wp.tid() with extent E in dimension D', the dims that a "
-    "live wp.tid() indexes (kernel.adj.kernel_dim, tid_extent_limit_candidate, module._get_kernel_tid_extent_limit); "
-    "fix: drop the MAX_EXTENT check for launch_dims in jarp/warp/_kernel.py (_optional_dims), and in trace_call "
-    "(jarp/warp/_kernel.py) check the launch dims with Warp's rule and wording (a new helper in "
-    "jarp/warp/_internals.py), before _call.resolve_output_buffers checks output sizes"
-)
 #: Warp's tests that fail because jarp lacks a feature (or Warp's wording): test name -> the precise cause and fix.
-MISSING: dict[str, str] = {
-    "test_jax_kernel_scalar_ffi_cpu": (
-        "jnp.bfloat16 arrays are refused for a wp.bfloat16 kernel parameter (TypeError from _call._check_array: "
-        "'has dtype bfloat16, but the kernel expects uint16'); fix: ArgSpec.np_dtype (jarp/warp/_signature.py) "
-        "goes through wp.dtype_to_numpy, which maps wp.bfloat16 to uint16; map it to jnp.bfloat16 (ml_dtypes) instead"
-    ),
-    "test_jax_kernel_vecmat_ffi_cpu": (
-        "jnp.bfloat16 arrays are refused for wp.vec2bf/mat22bf... kernel parameters (TypeError from "
-        "_call._check_array: 'has dtype bfloat16, but the kernel expects uint16'); fix: as for scalars, map "
-        "wp.bfloat16 to jnp.bfloat16 for vector/matrix element types"
-    ),
-    "test_ffi_jax_kernel_block_dim_validation": _BLOCK_DIM,
-    "test_ffi_jax_kernel_block_dim_tile_cpu": _BLOCK_DIM + " (with wp.config.enable_cpu_blocks=True on CPU)",
-    "test_ffi_jax_kernel_block_dim_autodiff_cpu": _BLOCK_DIM + ", adjoint launches included",
-    "test_ffi_jax_kernel_block_dim_autodiff_cpu_blocks_cpu": _BLOCK_DIM + ", adjoint launches included",
-    "test_ffi_jax_kernel_validates_all_target_block_dims_during_tracing_cpu": (
-        _BLOCK_DIM + "; then it still needs launch_dims above 2**31 - 1 (see the wp.tid() extent rows), and it "
-        "asserts that Warp's private warp._src.jax.ffi._build_kernel_launch_bounds is called with block dims {1, 64} "
-        "while tracing, which jarp can only satisfy by validating through that private helper, looked up on its "
-        "module at call time (jarp/warp/_internals.py)"
-    ),
-    "test_ffi_jax_kernel_launch_dims_autodiff_basic_cpu": _OUTPUT_FROM_INPUT,
-    "test_ffi_jax_kernel_launch_dims_autodiff_gradient_cpu": _OUTPUT_FROM_INPUT,
-    "test_ffi_jax_kernel_launch_dims_autodiff_separate_cache_cpu": _OUTPUT_FROM_INPUT,
-    "test_ffi_jax_kernel_launch_dims_autodiff_vmap_cpu": _OUTPUT_FROM_INPUT + " (2-d wp.tid() over a 3-d array)",
-    "test_ffi_jax_kernel_rejects_oversized_explicit_scalar_tid_launch_dims_cpu": _TID_EXTENT,
-    "test_ffi_jax_kernel_rejects_oversized_explicit_tuple_tid_launch_dims_cpu": _TID_EXTENT,
-    "test_ffi_jax_kernel_rejects_oversized_inferred_scalar_tid_launch_dims_cpu": (
-        "the launch dims inferred from a (1 + 2**31)-element input are refused by jarp's output-size check first "
-        "('output y has dims (1,), smaller than the launch dims', _call.resolve_output_buffers), not with Warp's "
-        "'Warp cannot launch a kernel using wp.tid() with extent 2147483649 in dimension 0'; fix: " + _TID_EXTENT
-    ),
-    "test_ffi_jax_kernel_rejects_oversized_inferred_tuple_tid_launch_dims_cpu": (
-        "as the scalar case, in dimension 1 of a 2-d wp.tid(): jarp's output-size check fires before any "
-        "wp.tid() extent check; fix: " + _TID_EXTENT
-    ),
-    "test_jax_kernel_accepts_oversized_compile_time_dead_scalar_tid_launch_dims_ffi_cpu": (
-        "launch_dims (2**31 + 1,) is refused at construction although the kernel's wp.tid() is dead after "
-        "codegen (behind a compile-time False constant), where Warp accepts and lowers it; fix: " + _TID_EXTENT
-    ),
-    "test_ffi_jax_module_load_failure": (
-        "a module whose load() returns None (a failed rebuild) after an earlier successful load is not reported: "
-        "jax_kernel: jarp loads the entry points once per (plan, device) and caches the executor "
-        "(jarp/warp/_ffi.py _get_executor), so it never sees the failure (Warp reloads, cheaply, on every call; a "
-        "fresh plan does raise, now with Warp's 'Failed to load Warp module' wording, _internals.load_entry_points); "
-        "jax_callable: jarp never loads the function's Warp module, and wp.launch of an unloadable module silently "
-        "does nothing; fix: in the callable executor (jarp/warp/_ffi.py) load wp.get_module(func.__module__) on the "
-        "device before calling func and raise RuntimeError('Failed to load Warp module ...') on None, and in the "
-        "kernel executor re-check module.load() per call or document the pinning"
-    ),
-}
+MISSING: dict[str, str] = {}
 
 #: Warp's tests asserting a Warp limitation that jarp lifts on purpose: test name -> (what the failure must say,
 #: why jarp differs). See docs/warp-differences.md; the jarp behaviour is checked by the test_jarp_way_* tests.
@@ -202,6 +130,23 @@ DELIBERATE_DIFFERENCES: dict[str, tuple[str, str]] = {
         "Warp refuses JaxCallableGraphMode.WARP/WARP_STAGED/WARP_STAGED_EX on CPU (they capture Warp CUDA graphs); "
         "jarp never captures Warp graphs and runs these modes like NONE on every device, CPU included "
         "(test_jarp_way_warp_graph_modes_run_on_cpu)",
+    ),
+    "test_ffi_jax_kernel_validates_all_target_block_dims_during_tracing_cpu": (
+        "Items in the second set but not the first",
+        "the test asserts that Warp's private bridge helper warp._src.jax.ffi._build_kernel_launch_bounds is called "
+        "while tracing; jarp does not run Warp's bridge: it checks the launch itself (jarp.warp._launch.check_launch, "
+        "Warp's rule and wording, for the CUDA block dim and the CPU one) and builds the launch bounds when it "
+        "prepares the executor. The accepted and refused launches are the ones Warp accepts and refuses "
+        "(tests/warp/test_launch_limits.py)",
+    ),
+    "test_ffi_jax_module_load_failure": (
+        "Exception not raised",
+        "the test lets a first call load the module, then makes module.load() return None and expects the next call "
+        "to fail. Warp reloads on every call; jarp loads a kernel's module once per (plan, device) and keeps it "
+        "loaded (a compiled executable keeps running the code it was built with), so a later failed rebuild cannot "
+        "reach it; a new plan whose load fails raises Warp's 'Failed to load Warp module' error at trace time "
+        "(tests/warp/test_launch_limits.py). A jax_callable's function launches its kernels with wp.launch, which "
+        "jarp does not intercept",
     ),
 }
 
