@@ -302,6 +302,26 @@ def spring_func(
     wp.launch(spring_kernel, dim=positions.shape, inputs=[positions, weights, stiffness], outputs=[energies, forces])
 
 
+# Same-signature twins of kernels above, so that tests parametrised over the module kind (tests/warp/kinds.py) call
+# a JaxKernel and a JaxCallable the same way.
+
+
+def triple_func(input: wp.array(dtype=float), output: wp.array(dtype=float)):
+    wp.launch(triple_kernel, dim=input.shape, inputs=[input], outputs=[output])
+
+
+def add_func(a: wp.array(dtype=float), b: wp.array(dtype=float), output: wp.array(dtype=float)):
+    wp.launch(add_kernel, dim=a.shape, inputs=[a, b], outputs=[output])
+
+
+def gather_func(indices: wp.array(dtype=int), table: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.launch(gather_kernel, dim=indices.shape, inputs=[indices, table], outputs=[out])
+
+
+def scale_sum_square_func(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    wp.launch(scale_sum_square, dim=a.shape, inputs=[a, b, s], outputs=[out])
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Shared test data and helpers (no kernels below)
 # ----------------------------------------------------------------------------------------------------------------------
@@ -328,6 +348,14 @@ def spring_expected(positions, weights, stiffness=STIFFNESS):
     energies = 0.5 * stiffness * weights * np.sum(positions * positions, axis=-1)
     forces = -stiffness * weights[..., None] * positions
     return energies, forces
+
+
+def vecmat_data(n: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs ``a`` (n,), ``b`` (n, 3) and ``c`` (n, 2, 2) for vecmat_kernel / vecmat_func (d = 2 a, e = a b, f = a c)."""
+    a = 1.0 + 0.5 * np.arange(n, dtype=np.float32)
+    b = np.arange(3 * n, dtype=np.float32).reshape((n, 3))
+    c = np.arange(4 * n, dtype=np.float32).reshape((n, 2, 2)) - 7.0
+    return a, b, c
 
 
 @contextlib.contextmanager
