@@ -187,3 +187,53 @@ def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...]
             ):
                 written.add(alias[first.id])
     return tuple(n for n in names if n in written), tuple(calls)
+
+
+def _attribute_path(node: ast.expr) -> tuple[str, ...] | None:
+    """``s.a.b`` as ``("s", "a", "b")``; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or not parts:
+        return None
+    return (node.id, *reversed(parts))
+
+
+@functools.lru_cache(maxsize=1024)
+def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The array fields of struct parameters ``names`` that the kernel writes (``s.f[i] = ...``, ``+=``, atomics).
+
+    Returns:
+        Dotted paths (``"mesh.verts"``), in order of appearance. Unparsable source writes nothing
+        that can be named (the caller cannot refuse what it cannot see).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return ()
+    written: list[str] = []
+
+    def mark(expr: ast.expr | None) -> None:
+        path = _attribute_path(expr) if expr is not None else None
+        if path is not None and path[0] in names:
+            name = ".".join(path)
+            if name not in written:
+                written.append(name)
+
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Subscript):
+                    mark(sub.value)
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if fname.startswith("atomic_") or fname in _WRITING_CALLS:
+                mark(node.args[0])
+    return tuple(written)

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import sys
 import threading
@@ -127,6 +128,32 @@ def _resolve(func: Any, param: str, annotation: str, namespace: Mapping[str, Any
     ) from None
 
 
+def _positional_params(func: Callable[..., Any]) -> tuple[list[str], dict[str, Any]]:
+    """The names of the parameters a caller passes positionally, and their (unevaluated) annotations.
+
+    Works for functions, callable objects (``__call__``, without ``self``) and ``functools.partial``
+    (without the arguments it binds).
+    """
+    sig = inspect.signature(func, eval_str=False)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p for p in sig.parameters.values() if p.kind in kinds]
+    return [p.name for p in params], {p.name: p.annotation for p in params}
+
+
+def _code_function(func: Any) -> Any:
+    """The plain function whose code defines ``func``'s parameters (through partials and ``__call__``)."""
+    for _ in range(16):
+        if isinstance(func, functools.partial):
+            func = func.func
+        elif inspect.ismethod(func):
+            func = func.__func__
+        elif not inspect.isfunction(func) and callable(func):
+            func = type(func).__call__
+        else:
+            break
+    return func
+
+
 def function_params(func: Callable[..., Any], what: str = "jax_callable()") -> tuple[tuple[str, Any], ...]:
     """Return `(name, annotation)` for each positional parameter of a Warp-annotated Python function.
 
@@ -151,24 +178,24 @@ def function_params(func: Callable[..., Any], what: str = "jax_callable()") -> t
         >>> a_name, wp.types.type_repr(a_type), s_name, s_type
         ('a', 'array(ndim=1, dtype=float32)', 's', <class 'float'>)
     """
-    spec = inspect.getfullargspec(func)
-    annotations = inspect.get_annotations(func)
-    missing = [name for name in spec.args if name not in annotations]
+    names, annotations = _positional_params(func)
+    missing = [name for name in names if annotations.get(name, inspect.Parameter.empty) is inspect.Parameter.empty]
     if missing:
         raise TypeError(
             f"{what}: parameter(s) {missing} of {_name(func)!r} have no type annotation; annotate every "
             "parameter like a Warp kernel (e.g. `a: wp.array(dtype=float)`)."
         )
+    code = _code_function(func)  # whose globals, closure and factory scope string annotations refer to
     namespace: dict[str, Any] | None = None
     params = []
-    for name in spec.args:
+    for name in names:
         annotation = annotations[name]
         if isinstance(annotation, str):
             if namespace is None:
-                namespace = {**_factory_scope(func), **_closure_vars(func)}
+                namespace = {**_factory_scope(code), **_closure_vars(code)}
             # twice for a quoted annotation in a module with `from __future__ import annotations`
             for _ in range(2):
                 if isinstance(annotation, str):
-                    annotation = _resolve(func, name, annotation, namespace, what)
+                    annotation = _resolve(code, name, annotation, namespace, what)
         params.append((name, annotation))
     return tuple(params)

@@ -36,6 +36,29 @@ def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callabl
     return func
 
 
+class _ValuePartial(functools.partial):  # type: ignore[type-arg]
+    """A ``functools.partial`` that compares and hashes by value (a plain partial compares by identity).
+
+    A model that builds its function as ``functools.partial(f, constants)`` then rebuilds equal,
+    so ``eqx.filter_jit`` does not retrace.
+    """
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.func, self.args, tuple(sorted(self.keywords.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ValuePartial) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def _by_value(func: Any) -> Any:
+    if isinstance(func, functools.partial) and not isinstance(func, _ValuePartial):
+        return _ValuePartial(func.func, *func.args, **func.keywords)
+    return func
+
+
 def _set_of_str(value: Any) -> frozenset[str]:
     return frozenset(tuple_of_str(value))
 
@@ -100,7 +123,7 @@ class JaxCallable(AbstractWarpModule):
     _call_options = ("output_dims", "vmap_method")
     _runtime_scalars = False
 
-    func: Callable[..., Any] = eqx.field(static=True)
+    func: Callable[..., Any] = eqx.field(static=True, converter=_by_value)
     generic: bool = eqx.field(static=True, default=False, converter=bool)
     num_outputs: int = eqx.field(static=True, default=1)
     graph_mode: wp.JaxCallableGraphMode = eqx.field(

@@ -163,6 +163,14 @@ class JaxKernel(AbstractWarpModule):
                 "share with the caller; declare them in in_out_argnames=... (they are then returned), or raise "
                 "num_outputs if they are outputs."
             )
+        structs = tuple(p.name for p in sig.inputs if p.is_struct)
+        written_fields = _analysis.written_struct_fields(_internals.kernel_source(self.kernel), structs)
+        if written_fields:
+            raise ValueError(
+                f"{_WHAT}: kernel {self.kernel.key!r} writes to struct field(s) {list(written_fields)}; a struct's "
+                "arrays are inputs, which XLA owns and may share with the caller. Pass the written array as a "
+                "separate output parameter (or in_out_argnames) instead of through the struct."
+            )
         if self.enable_backward and sig.num_in_out:
             stored = _analysis.plainly_stored(_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out))
             if stored:

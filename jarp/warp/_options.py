@@ -27,6 +27,7 @@ class JaxKernelOptions(TypedDict, total=False):
     enable_backward: bool
     jvp: Callable[..., Any] | None
     vjp: Callable[..., Any] | None
+    block_dim: int | None
 
 
 class JaxKernelCallOptions(TypedDict, total=False):
@@ -35,6 +36,7 @@ class JaxKernelCallOptions(TypedDict, total=False):
     output_dims: ShapeLike | dict[str, ShapeLike] | None
     launch_dims: ShapeLike | None
     vmap_method: VmapMethod | None
+    block_dim: int | None
 
 
 class JaxCallableOptions(TypedDict, total=False):

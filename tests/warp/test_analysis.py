@@ -1,9 +1,10 @@
-"""The zero-fill elision proves overwrites conservatively."""
+"""Kernel source analysis: the zero-fill elision proves overwrites conservatively; writes to struct fields are found."""
 
 import textwrap
 
 import pytest
 
+from jarp.warp import _analysis
 from jarp.warp._analysis import overwritten_outputs
 
 
@@ -37,3 +38,18 @@ def _src(body: str) -> str:
 )
 def test_overwritten_outputs(source, outputs, expected):
     assert overwritten_outputs(_src(source), outputs) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "written"),
+    [
+        ("s.a[i] = 1.0", ("s.a",)),
+        ("s.inner.b[i] += 1.0", ("s.inner.b",)),
+        ("wp.atomic_add(s.a, i, 1.0)", ("s.a",)),
+        ("out[i] = s.a[i] * s.k", ()),
+        ("t = s.a[i]\n    out[i] = t", ()),
+    ],
+)
+def test_written_struct_fields(body, written):
+    source = f"def k(s: S, out: wp.array(dtype=float)):\n    i = wp.tid()\n    {body}\n"
+    assert _analysis.written_struct_fields(source, ("s",)) == written

@@ -7,6 +7,10 @@ share is in ``test_module.py``; the units a call flows through have their own fi
 ``test_dims.py``, ``test_batching.py``, ``test_autodiff.py``, ``test_generic.py``, ``test_transforms.py``).
 """
 
+import functools
+from typing import Any
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,3 +68,47 @@ def test_options_accepted_on_cpu(options):
 def test_protect_inputs_is_part_of_the_module_value():
     assert jax_callable(k.scale_func) == jax_callable(k.scale_func, protect_inputs=True)
     assert jax_callable(k.scale_func) != jax_callable(k.scale_func, protect_inputs=False)
+
+
+# -- parametrised callables: a function built per model rebuilds equal ----------------------------------------------
+
+
+class _Scaler(eqx.Module):
+    """A callable object compared by value: its constant is a static field."""
+
+    s: float = eqx.field(static=True)
+
+    def __call__(self, a: wp.array(dtype=float), out: wp.array(dtype=float)):
+        wp.launch(k.scale_kernel, dim=a.shape, inputs=[a, self.s], outputs=[out], device=a.device)
+
+
+def _scaled(s: float, a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.launch(k.scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
+
+
+class _Model(eqx.Module):
+    layer: Any
+
+    def __call__(self, x):
+        return self.layer(x)[0]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [lambda s: jax_callable(_Scaler(s)), lambda s: jax_callable(functools.partial(_scaled, s))],
+    ids=["eqx-module", "partial"],
+)
+def test_rebuilt_parametrised_callable_is_equal_and_does_not_retrace(build):
+    assert build(2.0) == build(2.0)
+    assert hash(build(2.0)) == hash(build(2.0))
+    assert build(2.0) != build(3.0)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=2)  # one per distinct constant
+    def run(model, x):
+        return model(x)
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(run(_Model(build(2.0)), x), 2.0 * np.arange(4.0))
+    np.testing.assert_allclose(run(_Model(build(3.0)), x), 3.0 * np.arange(4.0))

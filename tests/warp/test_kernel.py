@@ -7,6 +7,7 @@ and ``test_hostile.py``.
 """
 
 import pytest
+import warp as wp
 
 from jarp.warp import jax_kernel
 from tests.warp import kernels as k
@@ -20,3 +21,21 @@ def test_non_kernel_is_type_error(obj):
         jax_kernel(obj)
     with pytest.raises(TypeError, match="kernel"):
         jax_kernel(num_outputs=1)(obj)
+
+
+@wp.struct
+class _Field:
+    a: wp.array(dtype=float)
+    k: float
+
+
+@wp.kernel
+def _writes_struct_field(s: _Field, out: wp.array(dtype=float)):
+    i = wp.tid()
+    s.a[i] = s.k
+    out[i] = s.k
+
+
+def test_kernel_writing_a_struct_field_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"struct field\(s\) \['s\.a'\]"):
+        jax_kernel(_writes_struct_field)
