@@ -31,12 +31,22 @@ def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
     array field, else of its first array field, else of its first value field.
     """
     out = []
-    for a in args:
+    for i, a in enumerate(args):
         try:
             out.append(_dtypes.from_jax(jax.dtypes.result_type(_representative(a))))
         except Exception as e:
-            raise TypeError(f"cannot infer a Warp dtype from argument {a!r}: {e}") from None
+            raise TypeError(
+                f"cannot infer a Warp dtype from argument {i} ({_short(a)}) for the generic target: {e}"
+            ) from None
     return tuple(out)
+
+
+def _short(value: Any) -> str:
+    """A short description of an argument for messages (never the repr of a large array or struct)."""
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return f"{type(value).__name__} {value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else f"a {type(value).__name__}"
 
 
 def _representative(a: Any) -> Any:
