@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 
 from . import _dtypes
-from ._signature import ArgSpec, Signature
+from ._signature import ArgSpec, Signature, check_array_value
 from ._struct_layout import flatten_struct_value
 
 
@@ -157,27 +157,7 @@ def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
                 f"{what}: argument {spec.name!r} expects a {spec.describe()} as a JAX or NumPy array, "
                 f"got {type(value).__name__}."
             )
-    dtype = np.dtype(value.dtype)
-    if dtype != spec.np_dtype:
-        raise TypeError(
-            f"{what}: argument {spec.name!r} has dtype {dtype}, but the kernel expects {spec.np_dtype} "
-            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
-            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
-            + "."
-        )
-    shape = tuple(value.shape)
-    if len(shape) != spec.jax_ndim:
-        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
-        raise TypeError(
-            f"{what}: argument {spec.name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}. "
-            "To run over a batch, use jax.vmap instead of adding leading dims."
-        )
-    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
-        raise TypeError(
-            f"{what}: argument {spec.name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing "
-            f"dims must be {spec.inner_shape}, got shape {shape}."
-        )
-    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+    return check_array_value(spec, value, what)
 
 
 def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:

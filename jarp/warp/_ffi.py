@@ -217,13 +217,8 @@ class _KernelExecutor(_Executor):
             elif spec.is_array:
                 src = 0 if binding.source == "operand" else 1
                 buf = buffers[src][binding.index]
-                shape = buf.shape[: spec.warp_ndim]
-                strides = []
-                stride = buf.dtype.itemsize * math.prod(spec.inner_shape)
-                for n in reversed(shape):
-                    strides.append(stride)
-                    stride *= n
-                arr = _internals.ArrayStruct(0, 0, spec.warp_ndim, shape, tuple(reversed(strides)))
+                element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
+                arr = _internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
                 fields.append((spec.name, _internals.ArrayStruct))
                 values.append(arr)
                 pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field

@@ -34,6 +34,7 @@ __all__ = [
     "ArrayStruct",
     "EntryPoints",
     "compile_aot_variant",
+    "contiguous_array",
     "cpu_block_error",
     "cuda_launch",
     "cuda_memset",
@@ -91,6 +92,22 @@ def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: st
     globals and closure that the source's names resolve against.
     """
     return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
+
+
+def contiguous_array(warp_ndim: int, shape: Sequence[int], element_bytes: int) -> ArrayStruct:
+    """A Warp ``array_t`` (data and grad pointers 0) for a contiguous, row-major array.
+
+    Args:
+        warp_ndim: the number of Warp array dims.
+        shape: the Warp shape (without vector/matrix element dims).
+        element_bytes: the size of one element (a vector or matrix element counts whole).
+    """
+    strides = []
+    stride = element_bytes
+    for n in reversed(shape):
+        strides.append(stride)
+        stride *= n
+    return ArrayStruct(0, 0, warp_ndim, tuple(shape), tuple(reversed(strides)))
 
 
 def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> ctypes.Structure:

@@ -7,6 +7,8 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
@@ -280,3 +282,42 @@ def tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     return tuple(value)
+
+
+def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argument") -> Any:
+    """Check a JAX or NumPy array against an array spec (dtype, dims, vector/matrix element dims).
+
+    Args:
+        spec: the array parameter (or struct field) it is passed for.
+        value: the array.
+        what: the module's name, for messages.
+        label: how messages name the slot: ``"argument"`` or ``"struct field"``.
+
+    Returns:
+        ``value`` as a JAX array.
+
+    Raises:
+        TypeError: naming the slot, what was wrong and what to pass instead.
+    """
+    dtype = np.dtype(value.dtype)
+    if dtype != spec.np_dtype:
+        owner = "struct" if label == "struct field" else "kernel"
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} has dtype {dtype}, but the {owner} expects {spec.np_dtype} "
+            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
+            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
+            + "."
+        )
+    shape = tuple(value.shape)
+    if len(shape) != spec.jax_ndim:
+        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
+        hint = " To run over a batch, use jax.vmap instead of adding leading dims." if label == "argument" else ""
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}.{hint}"
+        )
+    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing "
+            f"dims must be {spec.inner_shape}, got shape {shape}."
+        )
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)

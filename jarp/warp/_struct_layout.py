@@ -54,12 +54,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
 from . import _internals
-from ._signature import ArgSpec, arg_spec
+from ._signature import ArgSpec, arg_spec, check_array_value
 
 __all__ = [
     "FlatStruct",
@@ -388,24 +387,7 @@ def _check_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -> jax.
         raise TypeError(
             f"{what}: struct field {name!r} expects a {spec.describe()} as a JAX or NumPy array, got {_kind(value)}."
         )
-    dtype = np.dtype(value.dtype)
-    if dtype != spec.np_dtype:
-        raise TypeError(
-            f"{what}: struct field {name!r} has dtype {dtype}, but the struct expects {spec.np_dtype} "
-            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
-            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
-            + "."
-        )
-    shape = tuple(value.shape)
-    if len(shape) != spec.jax_ndim:
-        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
-        raise TypeError(f"{what}: struct field {name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}.")
-    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
-        raise TypeError(
-            f"{what}: struct field {name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing dims "
-            f"must be {spec.inner_shape}, got shape {shape}."
-        )
-    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+    return check_array_value(spec, value, what, "struct field")
 
 
 def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
@@ -569,12 +551,7 @@ def _write_arrays(raw: bytearray, layout: StructLayout, array_shapes: Sequence[S
                 f"struct field {leaf.name!r} ({spec.describe()}): shape {shape} has neither {spec.warp_ndim} dims "
                 f"nor {spec.jax_ndim} ending in {spec.inner_shape}."
             )
-        strides = []
-        stride = spec.np_dtype.itemsize * math.prod(spec.inner_shape)
-        for n in reversed(shape):
-            strides.append(stride)
-            stride *= n
-        arr = _internals.ArrayStruct(0, 0, spec.warp_ndim, shape, tuple(reversed(strides)))
+        arr = _internals.contiguous_array(spec.warp_ndim, shape, spec.np_dtype.itemsize * math.prod(spec.inner_shape))
         raw[leaf.offset : leaf.offset + _ARRAY_T_SIZE] = bytes(arr)
 
 
