@@ -112,9 +112,13 @@ mlir.register_lowering(warp_call_p, _lowering)
 
 
 def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:
+    # Reached by forward mode, and by reverse mode without enable_backward (JAX linearizes through the JVP rule).
+    factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"
     raise TypeError(
-        f"{plan.name} is not differentiable as built: pass enable_backward=True to jax_kernel() "
-        "(reverse mode via Warp's adjoint), or wrap it with custom derivative rules."
+        f"{plan.name} has no forward-mode derivative: Warp's adjoint gives first-order reverse mode only (pass "
+        f"enable_backward=True to {factory} for jax.grad and jax.vjp). Forward mode (jax.jvp, jacfwd) and second "
+        "derivatives (grad of grad, hessian) need jvp= rules (e.g. a Hessian-vector product kernel) or "
+        "jarp.warp.energy; see the Derivatives page of the docs."
     )
 
 

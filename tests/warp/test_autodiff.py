@@ -314,5 +314,15 @@ def test_grad_and_vmap_compose(kind: Kind):
 @over_kinds
 def test_grad_without_enable_backward_names_the_option(kind: Kind):
     triple = kind("triple")
-    with pytest.raises(TypeError, match="enable_backward"):
+    factory = "jax_kernel" if kind.name == "kernel" else "jax_callable"
+    with pytest.raises(TypeError, match=rf"enable_backward=True to {factory}\(\)"):
         jax.grad(lambda a: jnp.sum(triple(a)[0]))(jnp.arange(3, dtype=jnp.float32))
+
+
+@over_kinds
+def test_second_derivative_through_warps_adjoint_says_what_to_use(kind: Kind):
+    m = kind("scale_sum_square", enable_backward=True)
+    a = jnp.arange(3, dtype=jnp.float32)
+    inner = lambda a: jnp.sum(jax.grad(lambda a: jnp.sum(m(a, a, 2.0)[0]))(a))  # noqa: E731
+    with pytest.raises(TypeError, match=r"second derivatives \(grad of grad, hessian\) need jvp="):
+        jax.grad(inner)(a)

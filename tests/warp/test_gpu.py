@@ -30,7 +30,7 @@ from jarp.warp._inspect import compile_aot, kernel_source, list_plans
 from jarp.warp._plans import registry
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
-from tests.warp import kernels_ad, kernels_energy, kernels_hostile, test_struct
+from tests.warp import kernels_ad, kernels_energy, kernels_hostile, kernels_struct, test_struct
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
@@ -46,6 +46,7 @@ KERNEL_MODULES = {
     "kernels_ad": kernels_ad,
     "kernels_energy": kernels_energy,
     "kernels_hostile": kernels_hostile,
+    "kernels_struct": kernels_struct,
     "test_struct": test_struct,
 }
 
