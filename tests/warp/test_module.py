@@ -399,10 +399,11 @@ def _inputs(examples: tuple[Example, ...]) -> list[tuple[jax.Array, ...]]:
 
 
 @over_kinds
-def test_filter_jit_does_not_retrace_rebuilt_modules(kind: Kind):
+@pytest.mark.parametrize("jit", [eqx.filter_jit, jax.jit], ids=["filter_jit", "jax.jit"])
+def test_jit_does_not_retrace_rebuilt_modules(kind: Kind, jit: Any):
     examples = EXAMPLES[kind.name]
 
-    @eqx.filter_jit
+    @jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def apply(modules, inputs):
         return [ex.call(m, *xs) for ex, m, xs in zip(examples, modules, inputs, strict=True)]
@@ -410,22 +411,6 @@ def test_filter_jit_does_not_retrace_rebuilt_modules(kind: Kind):
     inputs = _inputs(examples)
     for i in range(3):
         # rebuilt every call, with freshly made (and differently spelled) list/dict options
-        outputs = apply([ex.build(i) for ex in examples], inputs)
-    for ex, out in zip(examples, outputs, strict=True):
-        ex.check(out)
-
-
-@over_kinds
-def test_jax_jit_does_not_retrace_rebuilt_modules(kind: Kind):
-    examples = EXAMPLES[kind.name]
-
-    @jax.jit
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def apply(modules, inputs):
-        return [ex.call(m, *xs) for ex, m, xs in zip(examples, modules, inputs, strict=True)]
-
-    inputs = _inputs(examples)
-    for i in range(3):
         outputs = apply([ex.build(i) for ex in examples], inputs)
     for ex, out in zip(examples, outputs, strict=True):
         ex.check(out)
