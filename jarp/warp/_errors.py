@@ -30,7 +30,7 @@ from . import _xla_ffi
 # How many unclaimed exceptions to keep: errors under a user's jax.jit are never claimed, and
 # an exception holds its traceback's frames alive.
 _KEEP = 16
-_TOKEN = re.compile(r"\[jarp error (\d+)\]")
+_TOKEN = re.compile(r"jarp error (\d+): ")
 _lock = threading.Lock()
 _pending: collections.OrderedDict[int, tuple[BaseException, str]] = collections.OrderedDict()
 _tokens = itertools.count(1)
@@ -58,7 +58,7 @@ def ffi_error(frame: int, exc: BaseException, name: str) -> int:
         while len(_pending) > _KEEP:
             _pending.popitem(last=False)
     if isinstance(exc, KeyboardInterrupt):
-        message = f"jarp: {name} was interrupted (KeyboardInterrupt) [jarp error {token}]"
+        message = f"jarp error {token}: {name} was interrupted (KeyboardInterrupt)"
         error = _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.CANCELLED, message)
         if not _under_reraising_call():
             _interrupt_main()
@@ -71,7 +71,7 @@ def ffi_error(frame: int, exc: BaseException, name: str) -> int:
         tb = _traceback_text(exc)
     except Exception:
         tb = "<traceback unavailable>"
-    message = f"jarp: {name} raised {type(exc).__name__}: {text} [jarp error {token}]\n{tb}"
+    message = f"jarp error {token}: {name} raised {type(exc).__name__}: {text}\n{tb}"
     return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.UNKNOWN, message)
 
 
@@ -82,7 +82,7 @@ def original(error: BaseException) -> BaseException | None:
         The exception raised inside the call, with a note naming the module; None when ``error``
         does not come from `ffi_error` or its exception was already taken or dropped.
     """
-    match = _TOKEN.search(str(error))
+    match = _TOKEN.search(str(error))  # the first: ours leads the message, a nested call's error follows
     if match is None:
         return None
     with _lock:
