@@ -13,6 +13,8 @@ import jax
 import numpy as np
 import warp as wp
 
+from . import _errors
+
 _TYPED = object()  # marks a (tag, type name, number) triple in a frozen cache key
 
 
@@ -66,7 +68,17 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
         hash((treedef, tuple(statics), key))
     except TypeError:
         return None
-    return _eager_jit(module, treedef, tuple(statics), key, *arrays)
+    try:
+        return _eager_jit(module, treedef, tuple(statics), key, *arrays)
+    except Exception as e:  # JaxRuntimeError, or ValueError from jaxlib's C++ fast path
+        # An exception raised inside the call (a callable's function, an executor): raise it as it was.
+        original = _errors.original(e)
+        if original is None:
+            raise
+    raise original
+
+
+_errors.reraising_codes.add(try_eager.__code__)
 
 
 def _freeze(value: Any) -> Any:

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _dtypes, _internals, _struct_layout, _xla_ffi
+from . import _dtypes, _errors, _internals, _struct_layout, _xla_ffi
 from ._plans import Binding, Plan, Runs, registry
 
 TARGET = "jarp_warp_call"
@@ -102,7 +102,24 @@ def _callback(frame: int, platform: str, graph: bool) -> int | None:
         executor.run(frame)
         return None
     except BaseException as e:
-        return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {type(e).__name__}: {e}")
+        try:
+            return _errors.ffi_error(frame, e, _name(frame))
+        except BaseException:  # never let an exception escape to ctypes: XLA would read garbage as success
+            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed")
+
+
+def _name(frame: int) -> str:
+    """How a message names the module behind a call frame: its plan's name, else the target's."""
+    try:
+        for name, kind, value in _xla_ffi.read_attrs(frame + _xla_ffi.FRAME_ATTRS_STRUCT):
+            if name == "plan" and kind == _xla_ffi.AttrType.SCALAR:
+                code, ptr = _xla_ffi.read_scalar(value)
+                handle = ctypes.c_int64.from_address(ptr).value
+                if code == _xla_ffi.DataType.S64 and 0 <= handle < len(registry):
+                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"
+    except Exception:
+        pass
+    return TARGET
 
 
 def _get_executor(key: tuple[int, int], platform: str) -> _Executor:

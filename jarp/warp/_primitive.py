@@ -21,7 +21,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _ffi, _internals, _jax_internals, _launch
+from . import _errors, _ffi, _internals, _jax_internals, _launch
 from ._plans import Buffer, Plan, Runs, registry
 from ._signature import FOLD_METHODS
 
@@ -86,10 +86,18 @@ def _compiled(plan: Plan, config: CallConfig) -> Any:
 
 def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
     # Eager calls go through one cached executable per plan instead of re-lowering.
-    return _compiled(plan, config)(*operands)
+    try:
+        return _compiled(plan, config)(*operands)
+    except Exception as e:  # JaxRuntimeError, or ValueError from jaxlib's C++ fast path
+        # An exception raised inside the call (outside jit: under vmap, grad): raise it as it was.
+        original = _errors.original(e)
+        if original is None:
+            raise
+    raise original
 
 
 warp_call_p.def_impl(_impl)
+_errors.reraising_codes.add(_impl.__code__)
 
 
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:

@@ -167,6 +167,7 @@ COMMAND_BUFFER_COMPATIBLE = 1
 class ErrorCode(enum.IntEnum):
     """The subset of ``XLA_FFI_Error_Code`` that jarp reports."""
 
+    CANCELLED = 1
     INVALID_ARGUMENT = 3
     FAILED_PRECONDITION = 9
     INTERNAL = 13

@@ -1,0 +1,143 @@
+"""Errors raised inside an FFI call: named after the module, and handed back to the caller as they were raised.
+
+XLA turns every error of an FFI handler into a ``jax.errors.JaxRuntimeError`` (whatever the
+``XLA_FFI_Error_Code``: ``CANCELLED`` too), so the exception a user's function raised cannot
+cross XLA itself. `ffi_error` therefore keeps it in a small side table under a token written
+into the error's message, and `original` finds it again from the ``JaxRuntimeError``: the eager
+path (`_eager.try_eager`) re-raises the original exception, with its type and traceback, when the
+error reaches it synchronously. Under a user's ``jax.jit`` the ``JaxRuntimeError`` is all JAX
+raises; its message names the module and carries the original type, message and traceback.
+
+A ``KeyboardInterrupt`` inside a call becomes a ``CANCELLED`` error; outside an eager call the
+interrupt is also re-raised in the main thread at its next opportunity (``_thread.interrupt_main``),
+so that Ctrl-C still stops the program.
+"""
+
+from __future__ import annotations
+
+import _thread
+import collections
+import itertools
+import re
+import sys
+import threading
+import time
+import traceback
+from types import CodeType, TracebackType
+
+from . import _xla_ffi
+
+# How many unclaimed exceptions to keep: errors under a user's jax.jit are never claimed, and
+# an exception holds its traceback's frames alive.
+_KEEP = 16
+_TOKEN = re.compile(r"jarp error (\d+): ")
+_lock = threading.Lock()
+_pending: collections.OrderedDict[int, tuple[BaseException, str]] = collections.OrderedDict()
+_tokens = itertools.count(1)
+# Code objects of the functions that re-raise the original exception of a synchronous error
+# (`_eager.try_eager` adds itself); an interrupt raised under one of them is not re-armed.
+reraising_codes: set[CodeType] = set()
+# This file and _ffi.py: their frames are left out of the traceback text in a message.
+_OWN_FILES = (__file__.removesuffix("_errors.py") + "_ffi.py", __file__)
+
+
+def ffi_error(frame: int, exc: BaseException, name: str) -> int:
+    """The ``XLA_FFI_Error`` for an exception raised while running module ``name``'s FFI call.
+
+    Args:
+        frame: The address of the call frame (for XLA's error-creation function).
+        exc: The exception.
+        name: How the module is written, e.g. ``"jax_callable(my_function)"`` (`Plan.name`).
+
+    Returns:
+        The error pointer to return to XLA.
+    """
+    token = next(_tokens)
+    with _lock:
+        _pending[token] = (exc, name)
+        while len(_pending) > _KEEP:
+            _pending.popitem(last=False)
+    if isinstance(exc, KeyboardInterrupt):
+        message = f"jarp error {token}: {name} was interrupted (KeyboardInterrupt)"
+        error = _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.CANCELLED, message)
+        if not _under_reraising_call():
+            _interrupt_main()
+        return error
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    try:
+        tb = _traceback_text(exc)
+    except Exception:
+        tb = "<traceback unavailable>"
+    message = f"jarp error {token}: {name} raised {type(exc).__name__}: {text}\n{tb}"
+    return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.UNKNOWN, message)
+
+
+def original(error: BaseException) -> BaseException | None:
+    """Take the exception behind a ``JaxRuntimeError`` made by `ffi_error` (once), or None.
+
+    Returns:
+        The exception raised inside the call, with a note naming the module; None when ``error``
+        does not come from `ffi_error` or its exception was already taken or dropped.
+    """
+    match = _TOKEN.search(str(error))  # the first: ours leads the message, a nested call's error follows
+    if match is None:
+        return None
+    with _lock:
+        entry = _pending.pop(int(match.group(1)), None)
+    if entry is None:
+        return None
+    exc, name = entry
+    note = f"(raised inside {name})"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    return exc
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The formatted traceback of ``exc`` without jarp's own FFI frames."""
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+def _under_reraising_call() -> bool:
+    """Whether this thread runs the call synchronously under a function that re-raises its error."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code in reraising_codes:
+            return True
+        f = f.f_back
+    return False
+
+
+def _interrupt_main() -> None:
+    """Re-raise a ``KeyboardInterrupt`` in the main thread once it has left jarp's FFI callback.
+
+    Off the main thread (XLA's worker threads), the interrupt is simply scheduled. On the main
+    thread it must not fire inside the callback (an exception escaping a ctypes callback is
+    swallowed and the call returns garbage to XLA), so a helper thread schedules it once no
+    frame of the main thread is in jarp's FFI code any more.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        _thread.interrupt_main()
+        return
+    threading.Thread(
+        target=_interrupt_when_out, args=(threading.main_thread().ident,), name="jarp-interrupt", daemon=True
+    ).start()
+
+
+def _interrupt_when_out(main: int) -> None:
+    for spins in itertools.count():
+        f = sys._current_frames().get(main)
+        while f is not None and f.f_code.co_filename not in _OWN_FILES:
+            f = f.f_back
+        if f is None:
+            break
+        # sleep(0) hands the GIL straight back; the main thread gives it up again when it returns to
+        # XLA, so the interrupt is scheduled before XLA returns to Python.
+        time.sleep(0 if spins < 1000 else 0.001)
+    _thread.interrupt_main()
