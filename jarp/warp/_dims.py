@@ -84,9 +84,9 @@ def result_buffers(
             dims = output_dims_for(spec, named[spec.name], f"{what}: output_dims[{spec.name!r}]")
         elif output_dims is not None:
             dims = output_dims_for(spec, output_dims, f"{what}: output_dims")
-        elif default_dims is not None and len(default_dims) != spec.warp_ndim and _input_dims(bound, spec.warp_ndim):
-            # As Warp's bridge: an output with another number of array dims than the launch (an axis the
-            # kernel loops over itself) takes the shape of the first array input with its number of dims.
+        elif default_dims is not None and len(default_dims) < spec.warp_ndim and _input_dims(bound, spec.warp_ndim):
+            # As Warp's bridge: an output with more array dims than the launch (an axis the kernel loops
+            # over itself) takes the shape of the first array input with its number of dims.
             dims = _input_dims(bound, spec.warp_ndim)
         elif default_dims is not None:
             dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")

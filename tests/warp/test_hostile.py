@@ -811,6 +811,10 @@ def test_launch_dims_forms(name, data):
     out_form = data.draw(st.one_of(st.none(), dims_form(shape, case.out.inner)), label="output_dims")
     launch = shape if form is None else launch_oracle(form)  # None: the default
     dims = None if launch is None else output_oracle(launch if out_form is None else out_form, case.out)
+    if launch is not None and out_form is None and len(launch) < case.out.warp_ndim:
+        # Warp's rule: an output with more array dims than the launch takes the first input's shape of its rank
+        same_rank = [a for a, spec in zip(arrays, case.arrays, strict=False) if spec.warp_ndim == case.out.warp_ndim]
+        dims = tuple(same_rank[0].shape[: case.out.warp_ndim]) if same_rank else dims
     if launch is not None and dims is not None:
         # only launches that stay in bounds run here: the kernel's rank, inside the input, inside the output
         assume(len(launch) == case.tid_rank and covers(shape, launch) and covers(dims, launch))
