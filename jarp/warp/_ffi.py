@@ -333,6 +333,7 @@ class _KernelExecutor(_Executor):
         self.plan = plan
         self.device = device
         self.buffers = _FrameBuffers(plan)
+        self.pointers = self.buffers.pointers
         kernel = plan.target
         self.adjoint = plan.adjoint
         self.entry = _internals.load_entry_points(kernel, device, plan.block_dim)
@@ -433,7 +434,7 @@ class _CpuKernelExecutor(_KernelExecutor):
             self.words0, self.raw0 = self.blocks[0][0], self.blocks[0][1]
 
     def run(self, frame: int) -> None:
-        ptrs = self.buffers.pointers(frame)
+        ptrs = self.pointers(frame)
         for j, nbytes in self.zero:
             _memset(ptrs[1][j], 0, nbytes)
         if self.empty:
@@ -465,7 +466,7 @@ class _CpuKernelExecutor(_KernelExecutor):
 
 class _CudaKernelExecutor(_KernelExecutor):
     def run(self, frame: int) -> None:
-        ptrs = self.buffers.pointers(frame)
+        ptrs = self.pointers(frame)
         stream = _xla_ffi.get_stream(frame)
         for j, nbytes in self.zero:
             _internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
@@ -497,6 +498,7 @@ class _CallableExecutor(_Executor):
         self.plan = plan
         self.device = device
         self.buffers = _FrameBuffers(plan)
+        self.pointers = self.buffers.pointers
         self.adjoint = plan.adjoint
         self.nslices = math.prod(plan.batch_shape)
         res_nbytes = tuple(b.nbytes for b in plan.results)
@@ -530,7 +532,7 @@ class _CallableExecutor(_Executor):
 
     def run(self, frame: int) -> None:
         plan = self.plan
-        ops, res = self.buffers.pointers(frame)
+        ops, res = self.pointers(frame)
         if self.device.is_cpu:
             stream = None
             for j, nbytes in self.zero:
