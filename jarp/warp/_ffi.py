@@ -59,8 +59,6 @@ _MEM = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
 _U64 = struct.Struct("<Q").unpack_from
 _I64 = struct.Struct("<q").unpack_from
 _FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
-_FRAME_ATTRS = _xla_ffi.FRAME_ATTRS
-_SCALAR_VALUE = _xla_ffi.SCALAR_VALUE
 _GRAD_OFFSET = _internals.ArrayStruct.grad.offset
 
 # The frame checks, as a few ``struct`` reads (each ~0.15 us) on the hot path; the slow readers of
