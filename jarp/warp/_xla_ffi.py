@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import struct
+from typing import Any
+
+import numpy as np
 
 _P = ctypes.c_void_p
 
@@ -220,6 +224,55 @@ class AttrType(enum.IntEnum):
     STRING = 4
 
 
+# The element types jarp's buffers can have, by NumPy dtype name (ml_dtypes names for the narrow floats).
+_DTYPE_CODES: dict[str, DataType] = {
+    "bool": DataType.PRED,
+    "int8": DataType.S8,
+    "int16": DataType.S16,
+    "int32": DataType.S32,
+    "int64": DataType.S64,
+    "uint8": DataType.U8,
+    "uint16": DataType.U16,
+    "uint32": DataType.U32,
+    "uint64": DataType.U64,
+    "float16": DataType.F16,
+    "float32": DataType.F32,
+    "float64": DataType.F64,
+    "complex64": DataType.C64,
+    "complex128": DataType.C128,
+    "bfloat16": DataType.BF16,
+}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The ``XLA_FFI_DataType`` of a NumPy dtype; `DataType.INVALID` for one XLA buffers never have here."""
+    return int(_DTYPE_CODES.get(np.dtype(dtype).name, DataType.INVALID))
+
+
+def dtype_name(code: int) -> str:
+    """A readable name for an ``XLA_FFI_DataType`` code (the NumPy name where there is one)."""
+    for name, c in _DTYPE_CODES.items():
+        if c == code:
+            return name
+    return DataType(code).name if code in DataType._value2member_map_ else f"XLA_FFI_DataType {code}"
+
+
+_SCALAR_FORMATS = {
+    DataType.PRED: "?",
+    DataType.S8: "b",
+    DataType.S16: "h",
+    DataType.S32: "i",
+    DataType.S64: "q",
+    DataType.U8: "B",
+    DataType.U16: "H",
+    DataType.U32: "I",
+    DataType.U64: "Q",
+    DataType.F16: "e",
+    DataType.F32: "f",
+    DataType.F64: "d",
+}
+
+
 def check_layout() -> None:
     """Raise `AssertionError` if the hard-coded offsets disagree with the ctypes declarations."""
     assert ctypes.sizeof(ctypes.c_void_p) == 8, "jarp's FFI bridge needs a 64-bit Python"
@@ -346,6 +399,37 @@ def read_string(span: int) -> str:
 def read_scalar(scalar: int) -> tuple[int, int]:
     """Return ``(dtype, address of the value)`` of an ``XLA_FFI_Scalar``."""
     return ctypes.c_int.from_address(scalar).value, read_ptr(scalar + SCALAR_VALUE)
+
+
+def read_scalar_value(scalar: int) -> tuple[int, Any]:
+    """Return ``(dtype, value)`` of an ``XLA_FFI_Scalar``; the value is None for an element type it does not decode."""
+    code, ptr = read_scalar(scalar)
+    fmt = _SCALAR_FORMATS.get(code)  # type: ignore[call-overload]
+    if fmt is None or not ptr:
+        return code, None
+    return code, struct.unpack(fmt, ctypes.string_at(ptr, struct.calcsize(fmt)))[0]
+
+
+def describe_attrs(frame: int) -> list[tuple[str, str, Any]]:
+    """Return ``(name, kind, value)`` for each attribute of a call frame, read by its declared type (for messages).
+
+    ``kind`` is ``"int64"`` (and the other NumPy names of scalar types), ``"string"``, ``"array"`` or
+    ``"dictionary"``; ``value`` is the decoded scalar or string, None for the others.
+    """
+    out: list[tuple[str, str, Any]] = []
+    for name, kind, value in read_attrs(frame + FRAME_ATTRS_STRUCT):
+        if kind == AttrType.SCALAR:
+            code, v = read_scalar_value(value)
+            out.append((name, dtype_name(code), v))
+        elif kind == AttrType.STRING:
+            out.append((name, "string", read_string(value)))
+        elif kind == AttrType.ARRAY:
+            out.append((name, "array", None))
+        elif kind == AttrType.DICTIONARY:
+            out.append((name, "dictionary", None))
+        else:
+            out.append((name, f"XLA_FFI_AttrType {kind}", None))
+    return out
 
 
 def read_array(array: int) -> tuple[int, int, int]:
