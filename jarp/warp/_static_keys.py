@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 _NAN = math.nan
-_NAN_BITS = struct.pack("<d", _NAN)
+_pack_double = struct.Struct("<d").pack
+_NAN_BITS = _pack_double(_NAN)
 
 
 def static_key(value: Any) -> Hashable:
@@ -57,7 +58,7 @@ def static_key(value: Any) -> Hashable:
 
 
 def _float_bits(value: float) -> bytes:
-    return _NAN_BITS if math.isnan(value) else struct.pack("<d", value)
+    return _NAN_BITS if math.isnan(value) else _pack_double(value)
 
 
 def canonical(value: Any) -> Any:
@@ -88,9 +89,19 @@ class Static:
     __slots__ = ("_hash", "_key", "value")
 
     def __init__(self, value: Any) -> None:
-        self.value = canonical(value)
-        self._key = static_key(value)
-        self._hash = hash(self._key)
+        kind = type(value)
+        if kind is float:  # the common case, inline (the eager path keys every static number per call)
+            if value != value:
+                value, key = _NAN, (float, _NAN_BITS)
+            else:
+                key = (float, _pack_double(value))
+        elif kind is int or kind is bool:
+            key = (kind, value)
+        else:
+            value, key = canonical(value), static_key(value)
+        self.value = value
+        self._key = key
+        self._hash = hash(key)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Static):
