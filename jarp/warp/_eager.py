@@ -14,15 +14,14 @@ import numpy as np
 import warp as wp
 
 from . import _errors
-
-_TYPED = object()  # marks a (tag, type name, number) triple in a frozen cache key
+from ._static_keys import Static
 
 
 def _thaw(value: Any) -> Any:
-    """Undo `_freeze`'s type tags (the frozen form is only for the cache key)."""
+    """Undo `_freeze`'s wrapping of numbers (the frozen form is only for the cache key)."""
+    if isinstance(value, Static):
+        return value.value
     if isinstance(value, tuple):
-        if len(value) == 3 and value[0] is _TYPED:
-            return value[2]
         return tuple(_thaw(v) for v in value)
     return value
 
@@ -58,7 +57,8 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
         if isinstance(a, jax.Array):
             arrays.append(a)
         else:
-            # typed: 0 == 0.0 == 0j == False would otherwise share a cache entry and skip validation
+            # keyed by identity of meaning (`Static`): 0 == 0.0 == 0j == False would otherwise share a cache
+            # entry and skip validation, -0.0 would reuse 0.0's executable, and a NaN would never find its own
             statics.append((i, a))
     try:
         statics = [(i, _freeze(a)) for i, a in statics]
@@ -82,7 +82,10 @@ _errors.reraising_codes.add(try_eager.__code__)
 
 
 def _freeze(value: Any) -> Any:
-    """A hashable, plain-Python form of an option value (NumPy scalars become Python numbers)."""
+    """A hashable, plain-Python form of an argument or option value, numbers keyed by `Static`.
+
+    NumPy scalars become Python numbers; a number compares by type and bits (every NaN alike).
+    """
     if isinstance(value, dict):
         return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
@@ -90,7 +93,7 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, (bool, int, float, complex)):
-        return (_TYPED, type(value).__name__, value)
+        return Static(value)
     if isinstance(value, (np.ndarray, jax.Array)):
         raise TypeError("array option")  # not eligible for the eager cache key; traced directly instead
     return value

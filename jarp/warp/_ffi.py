@@ -30,6 +30,7 @@ import numpy as np
 import warp as wp
 
 from . import _dtypes, _errors, _internals, _struct_layout, _xla_ffi
+from ._fp_env import default_fp_env
 from ._plans import Binding, Plan, Runs, registry
 
 TARGET = "jarp_warp_call"
@@ -212,12 +213,14 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
         if executor is None:
             plan = _plan(key[0])
             device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
-            if plan.runs is Runs.CALLABLE:
-                executor = _CallableExecutor(plan, device)
-            elif device.is_cpu:
-                executor = _CpuKernelExecutor(plan, device)
-            else:
-                executor = _CudaKernelExecutor(plan, device)
+            # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
+            with default_fp_env():
+                if plan.runs is Runs.CALLABLE:
+                    executor = _CallableExecutor(plan, device)
+                elif device.is_cpu:
+                    executor = _CpuKernelExecutor(plan, device)
+                else:
+                    executor = _CudaKernelExecutor(plan, device)
             _executors[key] = executor
             if key[1] == -1:
                 _cpu_executors[key[0]] = executor

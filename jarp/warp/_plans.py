@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._signature import ArgSpec
+from ._static_keys import canonical, static_key
 
 
 class Runs(enum.Enum):
@@ -29,7 +30,7 @@ class Runs(enum.Enum):
     CALLABLE = "callable"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Binding:
     """Where a kernel parameter's value comes from in one FFI call.
 
@@ -37,12 +38,31 @@ class Binding:
     (a Python scalar baked into the plan), ``"struct"`` (a ``wp.struct``: its array
     fields are the buffers ``fields``, its value fields ``value``) or ``"none"``.
     ``fields`` index operands in a primal binding and results in an adjoint one.
+
+    Bindings (and so plans) compare ``value`` by identity of meaning
+    (`_static_keys.static_key`), not Python equality: ``-0.0`` and ``0.0`` give
+    different plans, every NaN the same one (``value`` holds the canonical NaN), and
+    ``0``, ``0.0`` and ``False`` differ. Executors read the plain ``value``.
     """
 
     source: Literal["operand", "result", "static", "struct", "none"]
     index: int = -1
     value: Any = None
     fields: tuple[int, ...] = ()
+    _key: tuple[Any, ...] = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        value = canonical(self.value)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_key", (self.source, self.index, static_key(value), self.fields))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Binding):
+            return NotImplemented
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,264 @@
+"""Static values key plans by identity of meaning, not Python equality (issue 10, defects 1 and 2).
+
+``-0.0 == 0.0`` but ``1 / -0.0 == -inf``: a plan (or eager executable) built for one must never run for the other.
+``nan != nan``: a NaN static must find its plan again instead of building and compiling a new one per call. ``0``,
+``0.0`` and ``False`` stay distinct keys, while the value a parameter receives is still normalised to its type.
+References are NumPy (and ``wp.launch`` for the half type, whose rounding jarp mirrors).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jarp.warp import _eager, _plans, jax_callable, jax_kernel
+from jarp.warp._static_keys import Static, canonical, static_key
+from tests.warp import kernels_static_keys as K
+
+X = np.array([-1.0, 1.0, 2.0], np.float32)
+SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 5e-324, -5e-324, 1e-45, 1.4e-45, 1e-40, -1e-40]
+
+
+def _bits32(a: Any) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def _same_float32(actual: Any, expected: Any) -> bool:
+    """Bit-identical float32 arrays, except that any NaN matches any NaN."""
+    actual, expected = np.asarray(actual, np.float32), np.asarray(expected, np.float32)
+    nan = np.isnan(expected)
+    return bool(
+        np.array_equal(np.isnan(actual), nan) and np.array_equal(_bits32(actual)[~nan], _bits32(expected)[~nan])
+    )
+
+
+def _divide_ref(s: float) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return X / np.float32(s)
+
+
+# --- the keys themselves ---------------------------------------------------------------------------------------------
+
+
+def test_keys_separate_signed_zeros_and_types_and_join_nans() -> None:
+    assert static_key(-0.0) != static_key(0.0)
+    assert static_key(float("nan")) == static_key(-math.nan) == static_key(math.inf - math.inf)
+    assert static_key(np.float64("nan")) == static_key(math.nan)
+    assert len({static_key(0), static_key(0.0), static_key(False), static_key(0j)}) == 4
+    assert static_key(np.int32(3)) == static_key(3)
+    assert static_key(np.float32(0.5)) == static_key(0.5)
+    assert static_key(np.bool_(True)) == static_key(True) != static_key(1)
+    assert static_key((0.0, (1.0, -0.0))) != static_key((0.0, (1.0, 0.0)))
+    assert static_key((0.0, (math.nan,))) == static_key((0.0, (-math.nan,)))
+    assert static_key(complex(0.0, -0.0)) != static_key(0j)
+
+
+def test_canonical_replaces_every_nan_and_keeps_the_rest() -> None:
+    t = (1.0, -0.0)
+    assert canonical(t) is t
+    out = canonical((-math.nan, (2, -math.nan)))
+    assert struct.pack("<d", out[0]) == struct.pack("<d", out[1][1]) == struct.pack("<d", math.nan)
+    assert out[1][0] == 2
+    assert type(out[1][0]) is int
+
+
+def test_static_wrapper_compares_by_key() -> None:
+    assert Static(-0.0) != Static(0.0)
+    assert Static(float("nan")) == Static(float("nan"))
+    assert hash(Static(float("nan"))) == hash(Static(-math.nan))
+    assert Static(0) != Static(False) != Static(0.0)
+    assert math.isnan(Static(-math.nan).value)
+
+
+def test_bindings_compare_static_values_by_key() -> None:
+    b = _plans.Binding
+    assert b("static", value=-0.0) != b("static", value=0.0)
+    assert b("static", value=float("nan")) == b("static", value=float("nan"))
+    assert hash(b("static", value=float("nan"))) == hash(b("static", value=-math.nan))
+    assert b("static", value=0) != b("static", value=0.0)
+    assert b("struct", value=(-0.0, (1.0, 2.0)), fields=(0,)) != b("struct", value=(0.0, (1.0, 2.0)), fields=(0,))
+    assert b("operand", 1) == b("operand", 1) != b("result", 1)
+
+
+# --- -0.0 and 0.0 --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [(-0.0, 0.0), (0.0, -0.0)], ids=["neg-first", "pos-first"])
+def test_signed_zero_divisors_eager(order: tuple[float, float]) -> None:
+    k = jax_kernel(K.divide_kernel)
+    for s in (*order, *order):
+        (out,) = k(jnp.asarray(X), s)
+        np.testing.assert_array_equal(out, _divide_ref(s))
+
+
+@pytest.mark.parametrize("order", [(-0.0, 0.0), (0.0, -0.0)], ids=["neg-first", "pos-first"])
+def test_signed_zero_divisors_in_fresh_jits(order: tuple[float, float]) -> None:
+    k = jax_kernel(K.divide_kernel)
+    for s in (*order, *order):
+        (out,) = jax.jit(lambda x, s=s: k(x, s))(jnp.asarray(X))  # s baked into a fresh trace
+        np.testing.assert_array_equal(out, _divide_ref(s))
+
+
+def test_signed_zero_divisors_make_one_plan_each() -> None:
+    k = jax_kernel(K.divide_kernel)
+    x = jnp.asarray(X)
+    for s in (0.0, -0.0, 0.0, -0.0):
+        jax.block_until_ready(k(x, s))
+    zeros = [
+        p.params[1].primal.value
+        for p in _plans.registry.plans()
+        if p.target is K.divide_kernel and p.params[1].primal.source == "static" and p.params[1].primal.value == 0.0
+    ]
+    assert sorted(math.copysign(1.0, v) for v in zeros) == [-1.0, 1.0]
+
+
+def test_signed_zero_struct_value_fields() -> None:
+    k = jax_kernel(K.struct_divide_kernel, num_outputs=2)
+    x = jnp.asarray(X)
+    for s in (-0.0, 0.0, -0.0):
+        for v in (0.0, -0.0, 0.0):
+            eager = k(x, {"scale": s, "v": (1.0, v)})
+            traced = jax.jit(lambda x, s=s, v=v: k(x, {"scale": s, "v": (1.0, v)}))(x)
+            for by_scale, by_v in (eager, traced):
+                np.testing.assert_array_equal(by_scale, _divide_ref(s))
+                np.testing.assert_array_equal(by_v, _divide_ref(v))
+
+
+def test_signed_zero_half_statics() -> None:
+    k = jax_kernel(K.write_f16_kernel)
+    x = jnp.zeros(2, jnp.float16)
+    for s in (-0.0, 0.0, -0.0, 0.0):
+        (out,) = k(x, s)
+        assert np.asarray(out).view(np.uint16).tolist() == [np.float16(s).view(np.uint16)] * 2
+        (out,) = jax.jit(lambda x, s=s: k(x, s))(x)
+        assert np.asarray(out).view(np.uint16).tolist() == [np.float16(s).view(np.uint16)] * 2
+
+
+# --- NaN -------------------------------------------------------------------------------------------------------------
+
+
+def _nans() -> list[float]:
+    """Twenty distinct NaN objects of several origins and signs."""
+    origins = [lambda: float("nan"), lambda: -float("nan"), lambda: math.inf - math.inf, lambda: float(np.nan)]
+    return [origins[i % len(origins)]() for i in range(20)]
+
+
+def test_nan_static_makes_one_plan_and_one_eager_executable() -> None:
+    k = jax_kernel(K.write_f32_kernel)
+    x = jnp.zeros(3, jnp.float32)
+    plans, executables = len(_plans.registry), _eager._eager_jit._cache_size()
+    for s in _nans():
+        (out,) = k(x, s)
+        assert np.isnan(np.asarray(out)).all()
+    assert len(_plans.registry) - plans <= 1
+    assert _eager._eager_jit._cache_size() - executables <= 1
+
+
+def test_nan_static_in_fresh_jits_makes_one_plan() -> None:
+    k = jax_kernel(K.write_f32_kernel)
+    x = jnp.zeros(3, jnp.float32)
+    plans = len(_plans.registry)
+    for s in _nans():
+        (out,) = jax.jit(lambda x, s=s: k(x, s))(x)
+        assert np.isnan(np.asarray(out)).all()
+    assert len(_plans.registry) - plans <= 1
+
+
+def test_nan_struct_value_field_makes_one_plan() -> None:
+    k = jax_kernel(K.struct_divide_kernel, num_outputs=2)
+    x = jnp.asarray(X)
+    plans = len(_plans.registry)
+    for s in _nans():
+        by_scale, by_v = k(x, {"scale": s, "v": (s, 2.0)})
+        assert np.isnan(np.asarray(by_scale)).all()
+        np.testing.assert_array_equal(by_v, X / np.float32(2.0))
+    assert len(_plans.registry) - plans <= 1
+
+
+# --- 0, 0.0 and False: normalised to the parameter's type --------------------------------------------------------
+
+
+@pytest.mark.parametrize("one", [False, True], ids=["zero", "one"])
+def test_int_float_bool_statics_are_normalised_to_the_parameter(one: bool) -> None:
+    variants = [int(one), float(one), bool(one), np.int64(one), np.float32(one), np.bool_(one)]
+    expected = X + np.float32(one) + np.float32(one) + np.float32(100.0 if one else 0.0)
+    k = jax_kernel(K.mixed_kernel)
+    x = jnp.asarray(X)
+    for v in variants:
+        (out,) = k(x, v, v, v)
+        np.testing.assert_array_equal(out, expected)
+        (out,) = jax.jit(lambda x, v=v: k(x, v, v, v))(x)
+        np.testing.assert_array_equal(out, expected)
+    K.SEEN.clear()
+    c = jax_callable(K.record_statics)
+    for v in variants:
+        (out,) = c(x, v, v, v)
+        np.testing.assert_array_equal(out, expected)
+    assert [tuple(type(a) for a in seen) for seen in K.SEEN] == [(int, float, bool)] * len(variants)
+    assert [(int(one), float(one), one)] * len(variants) == K.SEEN
+
+
+def test_callable_receives_the_signed_zero_it_was_given() -> None:
+    c = jax_callable(K.record_statics)
+    x = jnp.asarray(X)
+    K.SEEN.clear()
+    for f in (-0.0, 0.0, -0.0):
+        c(x, 0, f, False)
+        jax.jit(lambda x, f=f: c(x, 0, f, False))(x)
+    jax.effects_barrier()
+    assert [math.copysign(1.0, seen[1]) for seen in K.SEEN] == [-1.0, -1.0, 1.0, 1.0, -1.0, -1.0]
+
+
+# --- every float round-trips through the plan to the bits the kernel sees ------------------------------------------
+
+_FLOATS = st.one_of(st.sampled_from(SPECIAL), st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=_FLOATS, b=_FLOATS)
+def test_float32_static_round_trips_to_the_kernel(a: float, b: float) -> None:
+    k = jax_kernel(K.write_f32_kernel)
+    x = jnp.zeros(2, jnp.float32)
+    for s in (a, b, a):
+        with np.errstate(over="ignore"):
+            expected = np.full(2, np.float32(s))
+        (out,) = k(x, s)
+        assert _same_float32(out, expected), (s, np.asarray(out))
+        (out,) = jax.jit(lambda x, s=s: k(x, s))(x)
+        assert _same_float32(out, expected), (s, np.asarray(out))
+
+
+def _wp_write_f16(s: float) -> np.ndarray:
+    out = wp.zeros(2, dtype=wp.float16, device="cpu")
+    wp.launch(K.write_f16_kernel, dim=2, inputs=[wp.zeros(2, dtype=wp.float16, device="cpu"), s], outputs=[out])
+    return out.numpy()
+
+
+_HALF_FLOATS = st.one_of(
+    st.sampled_from([*SPECIAL, 6e-8, -6e-8, 2.9e-8, 65504.0, -65504.0]),
+    st.floats(min_value=-65504.0, max_value=65504.0, allow_subnormal=True),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=_HALF_FLOATS, b=_HALF_FLOATS)
+def test_float16_static_round_trips_as_wp_launch_packs_it(a: float, b: float) -> None:
+    k = jax_kernel(K.write_f16_kernel)
+    x = jnp.zeros(2, jnp.float16)
+    for s in (a, b, a):
+        expected = _wp_write_f16(s)
+        (out,) = k(x, s)
+        out = np.asarray(out)
+        if np.isnan(expected).any():
+            assert np.isnan(out).all(), (s, out)
+        else:
+            assert out.view(np.uint16).tolist() == expected.view(np.uint16).tolist(), (s, out, expected)
