@@ -9,23 +9,25 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from . import _annotations, _dims
+from . import _annotations, _dims, _internals
 from ._binding import BoundCall, warp_dtypes
 from ._module import AbstractWarpModule, make_module, warn_unused_option
 from ._options import JaxCallableOptions
 from ._planner import build_plan, protect_inputs
 from ._plans import Plan, Runs
 from ._signature import Signature, check_vmap_method, make_signature, normalize_output_dims, tuple_of_str
+from ._weakcache import weak_cache
 
 _WHAT = "jax_callable()"
 
 
-@functools.lru_cache(maxsize=1024, typed=True)
+@weak_cache
 def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
     return make_signature(_annotations.function_params(func, _WHAT), num_outputs, in_out_argnames, what=_WHAT)
 
 
-@functools.lru_cache(maxsize=1024, typed=True)
+# Under Warp's lock: factories typically define kernels and Warp functions.
+@weak_cache(lock=_internals.warp_lock)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
     func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations
     if not callable(func):

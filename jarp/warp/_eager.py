@@ -6,6 +6,10 @@ and the cached executable traces the module's own pipeline (`_trace`) once.
 
 from __future__ import annotations
 
+import collections
+import functools
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +17,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _errors
+from . import _errors, _jax_internals
 from ._static_keys import Static
 
 
@@ -36,7 +40,79 @@ def _eager_impl(
     return module._trace(tuple(args), {k: _thaw(v) for k, v in options if not k.startswith("wp.config.")})
 
 
-_eager_jit = jax.jit(_eager_impl, static_argnums=(0, 1, 2, 3))
+class _Executables:
+    """The jitted eager entry of each live module, owned by the module; the most recent ones kept a while.
+
+    A global ``jax.jit`` with the module as a static argument would hold every module it ever
+    saw (and so its kernel, its plans, and a kernel whose build failed) in JAX's caches for the
+    life of the process. Instead each module gets its own jitted function, which reaches the
+    module only through a weak reference and is dropped when the module is collected: JAX's
+    caches keyed on that function go with it. The last ``RECENT`` modules that ran are also
+    held, so that a module rebuilt on every call (``jax_kernel(k)(x)`` in a loop) does not
+    retrace; ``jax.clear_caches()`` releases them.
+    """
+
+    RECENT = 16
+
+    def __init__(self) -> None:
+        # id(module) -> (weak ref to it, jitted function, box); the box holds a weak reference
+        # to a live module among those sharing the function (equal modules share one).
+        self._by_id: dict[int, tuple[weakref.ref[Any], Any, list[weakref.ref[Any]]]] = {}
+        self._by_value: weakref.WeakKeyDictionary[Any, tuple[Any, list[weakref.ref[Any]]]] = weakref.WeakKeyDictionary()
+        self._recent: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, module: Any) -> Any:
+        """The jitted eager entry of ``module``: ``fn(treedef, statics, options, *arrays)``."""
+        entry = self._by_id.get(id(module))
+        if entry is not None and entry[0]() is module:
+            box = entry[2]
+            if box[0]() is None:
+                box[0] = entry[0]
+            return entry[1]
+        with self._lock:
+            ref = weakref.ref(module)
+            shared = self._by_value.get(module)  # a live module equal to this one: share its function
+            if shared is None:
+                box = [ref]
+                shared = (jax.jit(functools.partial(_weak_impl, box), static_argnums=(0, 1, 2)), box)
+                self._by_value[module] = shared
+            fn, box = shared
+            if box[0]() is None:
+                box[0] = ref
+            self._by_id[id(module)] = (ref, fn, box)
+            weakref.finalize(module, self._forget, id(module), ref)
+        return fn
+
+    def ran(self, module: Any) -> None:
+        """Record that ``module`` ran (held among the recent ones); only successful calls are recorded."""
+        recent = self._recent
+        if id(module) in recent:
+            return
+        with self._lock:
+            recent[id(module)] = module
+            while len(recent) > self.RECENT:
+                recent.popitem(last=False)
+
+    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+        entry = self._by_id.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._by_id[key]
+
+    def cache_clear(self) -> None:
+        """Forget the recent modules (``jax.clear_caches()`` calls this)."""
+        with self._lock:
+            self._recent.clear()
+
+
+def _weak_impl(box: list[weakref.ref[Any]], *args: Any) -> Any:
+    # A live module among those sharing this function (all equal): the caller re-pointed the
+    # box to itself if the module it held was collected.
+    return _eager_impl(box[0](), *args)
+
+
+_executables = _Executables()
+_jax_internals.clear_with_jax(_executables, "jarp.warp eager executables")
 
 
 def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
@@ -69,12 +145,15 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     except TypeError:
         return None
     try:
-        return _eager_jit(module, treedef, tuple(statics), key, *arrays)
+        out = _executables.get(module)(treedef, tuple(statics), key, *arrays)
     except Exception as e:  # JaxRuntimeError, or ValueError from jaxlib's C++ fast path
         # An exception raised inside the call (a callable's function, an executor): raise it as it was.
         original = _errors.original(e)
         if original is None:
             raise
+    else:
+        _executables.ran(module)
+        return out
     raise original
 
 

@@ -525,6 +525,7 @@ class _CallableExecutor(_Executor):
         self.res_offsets = _batch_offsets(
             plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)
         )
+        self.warm = False
 
     def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
         plan = self.plan
@@ -549,6 +550,16 @@ class _CallableExecutor(_Executor):
         return _struct_layout.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)
 
     def run(self, frame: int) -> None:
+        if self.warm:
+            self._run(frame)
+            return
+        # The function's first run builds and loads the Warp modules of the kernels it launches
+        # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
+        with _internals.warp_lock():
+            self._run(frame)
+        self.warm = True
+
+    def _run(self, frame: int) -> None:
         plan = self.plan
         ops, res = self.pointers(frame)
         if self.device.is_cpu:

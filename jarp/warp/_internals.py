@@ -53,13 +53,34 @@ __all__ = [
     "struct_instance_ctype",
     "struct_instance_type",
     "struct_name",
+    "warp_lock",
 ]
 
-_LOAD_LOCK = threading.Lock()
+# Warp builds modules without locking: two threads loading, overloading or defining kernels at
+# once corrupt its module state (half-written cache directories, a module hash changing mid-build).
+# jarp takes this one re-entrant lock around every call that asks Warp to create, overload,
+# generate code for, build or load anything.
+_WARP_LOCK = threading.RLock()
 # Warp's default block dims: CUDA runs 256 threads per block; the CPU runs one thread per
 # block unless ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative.
 _CPU_BLOCK_DIM = 1
 _CUDA_BLOCK_DIM = 256
+
+
+def warp_lock() -> threading.RLock:
+    """The re-entrant lock jarp holds while Warp creates, overloads, generates code for, builds or loads anything.
+
+    Warp's module building is not thread-safe (two first launches of one module from
+    two threads can fail with a missing cache file); taking this lock serialises jarp's
+    own calls into it. Launches of loaded code do not take it.
+
+    Example:
+        ```python
+        with warp_lock():
+            overload = wp.overload(kernel, arg_types)
+        ```
+    """
+    return _WARP_LOCK
 
 
 def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
@@ -91,7 +112,8 @@ def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: st
     ``func`` supplies the parameter annotations (``__signature__``/``__annotations__``),
     globals and closure that the source's names resolve against.
     """
-    return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
+    with _WARP_LOCK:
+        return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
 
 
 def contiguous_array(warp_ndim: int, shape: Sequence[int], element_bytes: int) -> ArrayStruct:
@@ -117,7 +139,8 @@ def launch_bounds(kernel: wp.Kernel, dims: Sequence[int], block_dim: int) -> cty
         ValueError: if an extent that the kernel reads through ``wp.tid()`` exceeds
             ``TID_MAX_EXTENT`` in the module variant built with ``block_dim`` (Warp's message).
     """
-    return _build_kernel_launch_bounds(tuple(dims), kernel, block_dim)
+    with _WARP_LOCK:  # an oversized extent makes Warp generate the module's code to find its exact limit
+        return _build_kernel_launch_bounds(tuple(dims), kernel, block_dim)
 
 
 class EntryPoints:
@@ -185,7 +208,7 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
     if device.is_cpu:
         check_cpu_support(f"kernel {kernel.key!r}")
     resolved = resolve_block_dim(device, block_dim)
-    with _LOAD_LOCK:
+    with _WARP_LOCK:
         module_exec = kernel.module.load(device, resolved)
         if module_exec is None:
             raise RuntimeError(
@@ -213,7 +236,8 @@ def cpu_block_error() -> str:
 def runtime_core() -> Any:
     """Warp's native library handle (``wp_*`` functions)."""
     if wp._src.context.runtime is None:
-        wp.init()
+        with _WARP_LOCK:
+            wp.init()
     return wp._src.context.runtime.core
 
 
@@ -324,9 +348,10 @@ def module_codegen(module: wp.Module, target: str, arch: int | None = None, bloc
         block_dim = resolve_block_dim(wp.get_device("cpu"), block_dim)
     elif block_dim is None:
         block_dim = _CUDA_BLOCK_DIM
-    module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
-    options = module.resolve_options(wp.config, block_dim=block_dim) | {"output_arch": None if is_cpu else arch}
-    source, _ext, _meta, _ltoirs, _fatbins = module._run_codegen(options, is_cpu)
+    with _WARP_LOCK:
+        module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
+        options = module.resolve_options(wp.config, block_dim=block_dim) | {"output_arch": None if is_cpu else arch}
+        source, _ext, _meta, _ltoirs, _fatbins = module._run_codegen(options, is_cpu)
     return source
 
 
@@ -352,6 +377,17 @@ def compile_aot_variant(
     (``<dir>/wp_<module>_<hash>.sm<arch>.cubin``, the hash covering the block dim).
     """
     runtime_core()
+    with _WARP_LOCK:
+        return _compile_aot_variant(module, archs, module_dir, use_ptx, block_dim)
+
+
+def _compile_aot_variant(
+    module: wp.Module,
+    archs: Sequence[int],
+    module_dir: str | os.PathLike[str] | None,
+    use_ptx: bool,
+    block_dim: int,
+) -> list[Path]:
     module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
     options = module.resolve_options(wp.config, block_dim=block_dim)
     runtime = wp._src.context.runtime

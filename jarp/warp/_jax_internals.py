@@ -15,8 +15,9 @@ import jax
 from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src import mesh as _mesh
+from jax._src import util as _util
 
-__all__ = ["Effect", "check_internals", "register_effect", "varying_aval"]
+__all__ = ["Effect", "check_internals", "clear_with_jax", "register_effect", "varying_aval"]
 
 Effect = _effects.Effect
 
@@ -36,6 +37,11 @@ def varying_aval(shape: tuple[int, ...], dtype: Any, varying: frozenset[Any]) ->
     return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
+def clear_with_jax(cache: Any, name: str) -> None:
+    """Have ``jax.clear_caches()`` call ``cache.cache_clear()`` too (JAX holds ``cache`` weakly: keep it alive)."""
+    _util.register_cache(cache, name)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
     for name in (
@@ -48,3 +54,5 @@ def check_internals() -> None:
     mat = _core.ManualAxisType(varying=frozenset(), unreduced=frozenset(), reduced=frozenset())
     assert mat.varying == frozenset(), "jax._src.core.ManualAxisType changed shape"
     assert callable(_mesh.get_abstract_mesh), "jax._src.mesh.get_abstract_mesh is gone"
+    assert callable(_util.register_cache), "jax._src.util.register_cache is gone"
+    assert callable(_util.clear_all_caches), "jax._src.util.clear_all_caches is gone"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Unpack, overload
 
@@ -22,6 +21,7 @@ from ._signature import (
     normalize_output_dims,
     tuple_of_str,
 )
+from ._weakcache import weak_cache
 
 _WHAT = "jax_kernel()"
 
@@ -50,12 +50,13 @@ def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[st
     return tuple(n for n in names if n in written)
 
 
-@functools.lru_cache(maxsize=1024, typed=True)
+@weak_cache
 def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
     return make_signature(_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
-@functools.lru_cache(maxsize=1024, typed=True)
+# Under Warp's lock: a new overload changes the module Warp may be building in another thread.
+@weak_cache(lock=_internals.warp_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
     try:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import jax
 import warp as wp
 
-from . import _internals
-
-_preloaded: set[tuple[Any, str]] = set()
-_preload_lock = threading.Lock()
+from . import _internals, _weakcache
 
 
 def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
-    """Compile and load ``kernel``'s module (its variant for ``block_dim``) at trace time, per ``wp.JaxModulePreloadMode``."""
+    """Compile and load ``kernel``'s module (its variant for ``block_dim``) at trace time, per ``wp.JaxModulePreloadMode``.
+
+    What was loaded is recorded with the kernel (`_weakcache.cache_for`), so the record
+    goes with it, and a failed load is not recorded (the next trace tries again).
+    """
     mode = wp.JaxModulePreloadMode(mode)
     if mode == wp.JaxModulePreloadMode.NONE:
         return
@@ -29,10 +29,10 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
             devices.append(wp.get_device("cpu"))
         elif platform in ("gpu", "cuda"):
             devices.extend(wp.get_cuda_devices())
+    loaded = _weakcache.cache_for(kernel, "preloaded")
     for device in devices:
-        key = (kernel, str(device), block_dim, bool(wp.config.enable_cpu_blocks))
-        if key in _preloaded:
+        key = (str(device), block_dim, bool(wp.config.enable_cpu_blocks))
+        if key in loaded:
             continue
-        with _preload_lock:
-            _internals.load_entry_points(kernel, device, block_dim)
-            _preloaded.add(key)
+        _internals.load_entry_points(kernel, device, block_dim)  # under Warp's lock
+        loaded[key] = True

@@ -17,7 +17,6 @@ their own Warp module, so building one never rebuilds the user's module.
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import textwrap
 import types
@@ -25,11 +24,12 @@ import types
 import warp as wp
 
 from . import _internals
+from ._weakcache import weak_cache
 
 SUFFIX = "__jarp_rt"
 
 
-@functools.lru_cache(maxsize=256)
+@weak_cache(lock=_internals.warp_lock)
 def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     """The variant of ``kernel`` (a concrete overload) whose scalar parameters ``names`` are one-element arrays."""
     params = dict(_internals.kernel_params(kernel))

@@ -8,6 +8,7 @@ from typing import Any, TypeVar, cast
 
 import warp as wp
 
+from . import _internals
 from . import types as _types
 
 __all__ = ["struct"]
@@ -67,7 +68,8 @@ class _GenericStructMeta(type):
         specialised_cls = type(template)(template.__name__, (template,), namespace)
         try:
             # A module of its own: adding a struct to an existing Warp module would force it to rebuild.
-            result = wp.struct(specialised_cls, module="unique")
+            with _internals.warp_lock():  # Warp registers the struct in a new module
+                result = wp.struct(specialised_cls, module="unique")
         except Exception as err:
             err.add_note(f"while building the Warp struct {name} from {template.__qualname__}.__annotations_factory__")
             raise
@@ -155,7 +157,8 @@ def struct(cls: _T) -> _T:
         raise TypeError(msg)
     factory = getattr(cls, "__annotations_factory__", None)
     if factory is None:
-        return cast("_T", wp.struct(cls))
+        with _internals.warp_lock():
+            return cast("_T", wp.struct(cls))
     if not callable(factory):
         msg = (
             f"{cls.__qualname__}.__annotations_factory__ must be a staticmethod or classmethod taking a Warp "

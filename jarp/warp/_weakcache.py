@@ -1,0 +1,128 @@
+"""Caches keyed on user kernels and functions that live exactly as long as those objects.
+
+A ``functools.lru_cache`` keyed on a kernel keeps it alive for the life of the process:
+a dropped kernel then stays in its Warp module's live set (Warp rebuilds every live
+kernel of a module, so each new kernel's first call gets slower), and a kernel whose
+build failed keeps failing its module after the user redefines it. `weak_cache`
+instead stores each result with the object it was computed from:
+
+- on a ``wp.Kernel``, a function or a ``functools.partial``, in the object's own
+  ``__dict__``: results may then refer back to it (an overload refers to its generic
+  parent, an eager executable to its module and so to its kernel) and still be
+  collected with it;
+- on any other weakly referenceable object, in a ``WeakKeyDictionary``;
+- otherwise in a small bounded strong cache (objects that cannot be referenced weakly).
+
+A call that raises caches nothing, so a failed build is retried on the next call.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any, ParamSpec, TypeVar
+
+import warp as wp
+
+_ATTR = "_jarp_caches"
+# Types whose instances keep their caches in their own __dict__ (which their equality ignores).
+_ATTRIBUTE_TYPES = (wp.Kernel, types.FunctionType, functools.partial)
+_STRONG_MAX = 256
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
+    """The cache dict ``name`` that lives as long as ``obj`` (a kernel, function or other object).
+
+    Args:
+        obj: the object the cached values were computed from.
+        name: which cache (one dict per name and object).
+
+    Returns:
+        A dict, created on first use; it is dropped with ``obj``. For an object that
+        can be neither given an attribute nor referenced weakly, a shared bounded dict.
+    """
+    if isinstance(obj, _ATTRIBUTE_TYPES):
+        # Warp copies a kernel's __dict__ into each overload it makes (shallowcopy), so the
+        # stored caches carry a weak reference to their owner and are replaced on a copy.
+        entry = obj.__dict__.get(_ATTR)
+        if entry is None or entry[0]() is not obj:
+            entry = obj.__dict__[_ATTR] = (weakref.ref(obj), {})
+        return entry[1].setdefault(name, {})
+    store = _WEAK.setdefault(name, weakref.WeakKeyDictionary())
+    try:
+        caches = store.get(obj)
+        if caches is None:
+            caches = store.setdefault(obj, {})
+        return caches
+    except TypeError:  # not weakly referenceable (or unhashable): bounded strong cache
+        return _strong(name, obj)
+
+
+_WEAK: dict[str, weakref.WeakKeyDictionary[Any, dict[Hashable, Any]]] = {}
+_STRONG: OrderedDict[tuple[str, Any], dict[Hashable, Any]] = OrderedDict()
+_strong_lock = threading.Lock()
+
+
+def _strong(name: str, obj: Any) -> dict[Hashable, Any]:
+    key = (name, type(obj), obj)
+    try:
+        hash(key)
+    except TypeError:
+        return {}  # unhashable: nothing to key on, computed afresh each time
+    with _strong_lock:
+        caches = _STRONG.get(key)
+        if caches is None:
+            caches = _STRONG[key] = {}
+            if len(_STRONG) > _STRONG_MAX:
+                _STRONG.popitem(last=False)
+        else:
+            _STRONG.move_to_end(key)
+        return caches
+
+
+def weak_cache(fn: Callable[_P, _R] | None = None, *, lock: Callable[[], Any] | None = None) -> Any:
+    """Cache ``fn(obj, *args)`` with ``obj`` (see `cache_for`); ``args`` must be hashable.
+
+    Arguments are keyed with their types, as ``functools.lru_cache(typed=True)`` does.
+    Exceptions are not cached.
+
+    Args:
+        fn: the function to cache (omit it to get a decorator).
+        lock: returns a lock to compute a missing value under (checked again once held),
+            so that two threads never build the same value twice.
+
+    Example:
+        ```python
+        @weak_cache(lock=_internals.warp_lock)
+        def variant(kernel, names):
+            return build_variant(kernel, names)
+        ```
+    """
+    if fn is None:
+        return functools.partial(weak_cache, lock=lock)
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(obj: Any, *args: Any) -> Any:
+        cache = cache_for(obj, name)
+        key = (*args, *(type(a) for a in args))
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        if lock is None:
+            return cache.setdefault(key, fn(obj, *args))  # type: ignore[call-arg]
+        with lock():
+            try:
+                return cache[key]
+            except KeyError:
+                return cache.setdefault(key, fn(obj, *args))  # type: ignore[call-arg]
+
+    return wrapper
