@@ -12,26 +12,31 @@ from ._plans import Buffer
 from ._signature import check_launch_dims, output_dims_for
 
 
+def _array_shapes(bound: BoundCall) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The Warp shapes of the array parameters, and of the struct array fields, each in call order.
+
+    Runtime scalars (one-element operands of scalar parameters) are in neither.
+    """
+    parameters, fields = [], []
+    for spec, op in zip(bound.operand_specs, bound.operands, strict=True):
+        if spec.is_array:
+            (parameters if spec in bound.sig.inputs else fields).append(tuple(op.shape[: spec.warp_ndim]))
+    return parameters, fields
+
+
 def default_launch_dims(bound: BoundCall) -> tuple[int, ...] | None:
     """The first array parameter's Warp shape, else the first struct array field's; None without either.
 
     Runtime scalars never size the launch. A kernel that takes a mesh struct and iterates over
     its elements usually wants explicit ``launch_dims`` (the element count).
     """
-    pairs = list(zip(bound.operand_specs, bound.operands, strict=True))
-    parameters = {p.name for p in bound.sig.inputs if p.is_array}
-    for spec, op in sorted(pairs, key=lambda pair: pair[0].name not in parameters):  # stable: parameters first
-        if spec.is_array:
-            return tuple(op.shape[: spec.warp_ndim])
-    return None
+    parameters, fields = _array_shapes(bound)
+    return next(iter(parameters + fields), None)
 
 
 def _input_dims(bound: BoundCall, ndim: int) -> tuple[int, ...] | None:
     """The Warp shape of the first array parameter with ``ndim`` array dims, or None."""
-    for spec, op in zip(bound.operand_specs, bound.operands, strict=True):
-        if spec.is_array and spec.warp_ndim == ndim and spec.name in {p.name for p in bound.sig.inputs}:
-            return tuple(op.shape[:ndim])
-    return None
+    return next((shape for shape in _array_shapes(bound)[0] if len(shape) == ndim), None)
 
 
 def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
@@ -84,10 +89,14 @@ def result_buffers(
             dims = output_dims_for(spec, named[spec.name], f"{what}: output_dims[{spec.name!r}]")
         elif output_dims is not None:
             dims = output_dims_for(spec, output_dims, f"{what}: output_dims")
-        elif default_dims is not None and len(default_dims) < spec.warp_ndim and _input_dims(bound, spec.warp_ndim):
+        elif (
+            default_dims is not None
+            and len(default_dims) < spec.warp_ndim
+            and (inferred := _input_dims(bound, spec.warp_ndim)) is not None
+        ):
             # As Warp's bridge: an output with more array dims than the launch (an axis the kernel loops
             # over itself) takes the shape of the first array input with its number of dims.
-            dims = _input_dims(bound, spec.warp_ndim)
+            dims = inferred
         elif default_dims is not None:
             dims = output_dims_for(spec, default_dims, f"{what}: output dims (defaulting to the launch dims)")
         else:
