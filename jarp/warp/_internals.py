@@ -378,35 +378,25 @@ def compile_aot_variant(
     """
     runtime_core()
     with _WARP_LOCK:
-        return _compile_aot_variant(module, archs, module_dir, use_ptx, block_dim)
-
-
-def _compile_aot_variant(
-    module: wp.Module,
-    archs: Sequence[int],
-    module_dir: str | os.PathLike[str] | None,
-    use_ptx: bool,
-    block_dim: int,
-) -> list[Path]:
-    module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
-    options = module.resolve_options(wp.config, block_dim=block_dim)
-    runtime = wp._src.context.runtime
-    if module_dir is None:
-        out_dir = Path(wp.config.kernel_cache_dir) / module.get_module_identifier(block_dim=block_dim)
-    else:
-        out_dir = Path(module_dir)
-    paths = []
-    for arch in archs:
-        module._compile(
-            None,
-            None if module_dir is None else os.fspath(module_dir),
-            output_arch=arch,
-            use_ptx=use_ptx,
-            options=options,
-        )
-        suffix = _validate_cuda_arch_suffix(
-            arch, device_arch=arch, toolkit_version=runtime.toolkit_version, device_name=None
-        )
-        name = module._get_compile_output_name(None, arch, arch_suffix=suffix, use_ptx=use_ptx, block_dim=block_dim)
-        paths.append(out_dir / name)
+        module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
+        options = module.resolve_options(wp.config, block_dim=block_dim)
+        runtime = wp._src.context.runtime
+        if module_dir is None:
+            out_dir = Path(wp.config.kernel_cache_dir) / module.get_module_identifier(block_dim=block_dim)
+        else:
+            out_dir = Path(module_dir)
+        paths = []
+        for arch in archs:
+            module._compile(
+                None,
+                None if module_dir is None else os.fspath(module_dir),
+                output_arch=arch,
+                use_ptx=use_ptx,
+                options=options,
+            )
+            suffix = _validate_cuda_arch_suffix(
+                arch, device_arch=arch, toolkit_version=runtime.toolkit_version, device_name=None
+            )
+            name = module._get_compile_output_name(None, arch, arch_suffix=suffix, use_ptx=use_ptx, block_dim=block_dim)
+            paths.append(out_dir / name)
     return paths
