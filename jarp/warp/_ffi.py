@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _dtypes, _errors, _internals, _struct_layout, _xla_ffi
+from . import _dtypes, _errors, _internals, _native, _struct_layout, _xla_ffi
 from ._fp_env import default_fp_env
 from ._plans import Binding, Plan, Runs, registry
 
@@ -44,6 +44,7 @@ _PLATFORMS = ("cpu", "CUDA")
 _register_lock = threading.Lock()
 _registered = False
 _keepalive: list[Any] = []
+_native_handler: _native.NativeHandler | None = None  # set at registration when the native path is used
 
 _executors: dict[tuple[int, int], _Executor] = {}
 _cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
@@ -98,13 +99,28 @@ def ensure_registered() -> None:
         if _registered:
             return
         _xla_ffi.check_layout()
-        for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
+        global _native_handler
+        native = _native.handler()
+        callbacks: dict[tuple[str, bool], int] = {}
+        for graph in (True, False):
             for platform in _PLATFORMS:
                 cb = _CALLBACK_TYPE(lambda frame, p=platform, g=graph: _callback(frame, p, g))
                 _keepalive.append(cb)
-                capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
-                jax.ffi.register_ffi_target(name, capsule, platform=platform)
+                callbacks[(platform, graph)] = ctypes.cast(cb, ctypes.c_void_p).value
+        if native is not None:
+            # The native handler serves prepared kernel plans and passes every other frame to these callbacks.
+            native.configure(int(SESSION), callbacks)
+            _native_handler = native
+        for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
+            for platform in _PLATFORMS:
+                address = callbacks[(platform, graph)] if native is None else native.address(platform, graph)
+                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=platform)
         _registered = True
+
+
+def launch_path() -> str:
+    """How this process launches kernel plans: ``"native"`` or ``"python (<why>)"`` (after registration)."""
+    return _native.status()
 
 
 def is_registered() -> bool:
@@ -224,6 +240,11 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
             _executors[key] = executor
             if key[1] == -1:
                 _cpu_executors[key[0]] = executor
+            if _native_handler is not None and isinstance(executor, _KernelExecutor):
+                descriptor = executor.describe()
+                if descriptor is not None:
+                    slot = 0 if key[1] == -1 else 1 + key[1]
+                    _native_handler.publish(key[0], slot, descriptor)
     return executor
 
 
@@ -431,6 +452,34 @@ class _KernelExecutor(_Executor):
         raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
         return words, raw, template
 
+    def describe(self) -> _native.LaunchDescriptor | None:
+        """This launch as a descriptor for the native handler; None if it stays on the Python path."""
+        templates = [raw for _, raw, _ in self.blocks]
+        if not _native.LaunchDescriptor.fits(templates):
+            return None
+        args, rets = (
+            [(_xla_ffi.dtype_code(np.dtype(dtype)), tuple(int(n) for n in shape)) for dtype, shape in side]
+            for side in self.buffers.shapes
+        )
+        entry = self.entry.backward if self.adjoint else self.entry.forward
+        return _native.LaunchDescriptor(
+            args=args,
+            rets=rets,
+            zero=self.zero,
+            launch=not self.empty,
+            nslices=self.nslices,
+            templates=templates,
+            slots=[(block, word, src, index, offs) for block, word, src, index, offs in self.slots],
+            bounds=ctypes.addressof(self.bounds),
+            entry=entry,
+            cuda=self._cuda_launch(),
+            failure=f"jarp: Warp failed to launch kernel {self.plan.target.key!r} on {self.device} (native launch)",
+            keep=self,  # the entry points, bounds and blocks stay alive with the executor
+        )
+
+    def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
+        return None
+
 
 class _CpuKernelExecutor(_KernelExecutor):
     """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
@@ -476,6 +525,10 @@ class _CpuKernelExecutor(_KernelExecutor):
             if self.cooperative:
                 self._raise_block_error()
 
+    def describe(self) -> _native.LaunchDescriptor | None:
+        # Cooperative blocks record errors the Python path reports after each launch.
+        return None if self.cooperative else super().describe()
+
     def _raise_block_error(self) -> None:
         message = _internals.cpu_block_error()
         if message:
@@ -483,6 +536,23 @@ class _CpuKernelExecutor(_KernelExecutor):
 
 
 class _CudaKernelExecutor(_KernelExecutor):
+    def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
+        # The same parameters, in the same order, as `run` passes through `_internals.cuda_launch`.
+        params = [(2, 0)]  # the launch bounds
+        for block, (_, _, template) in enumerate(self.blocks):
+            params.extend((block, getattr(type(template), name).offset) for name, _ in template._fields_)
+        smem = self.entry.backward_smem if self.adjoint else self.entry.forward_smem
+        grid_stride = int(self.plan.target.grid_stride)
+        return (
+            self.device.context or 0,
+            int(self.bounds.size),
+            self.entry.block_dim,
+            grid_stride,
+            self.entry.cluster_dim,
+            smem,
+            params,
+        )
+
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
         stream = _xla_ffi.get_stream(frame)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import warp as wp
+from warp._src import build as _build
 from warp._src.codegen import _TID_MAX_EXTENT as TID_MAX_EXTENT
 from warp._src.codegen import Struct as _Struct
 from warp._src.context import (
@@ -34,15 +35,19 @@ __all__ = [
     "ArrayStruct",
     "EntryPoints",
     "compile_aot_variant",
+    "compile_cpu_object",
     "contiguous_array",
     "cpu_block_error",
     "cuda_launch",
+    "cuda_launch_address",
     "cuda_memset",
+    "cuda_memset_address",
     "default_cuda_arch",
     "is_struct_type",
     "kernel_params",
     "kernel_source",
     "launch_bounds",
+    "load_cpu_object",
     "load_entry_points",
     "make_kernel",
     "module_codegen",
@@ -275,6 +280,70 @@ def cuda_launch(
         _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)
 
 
+def cuda_launch_address() -> int:
+    """The address of Warp's native ``wp_cuda_launch_kernel`` (the call `cuda_launch` makes), for native callers."""
+    return _address(runtime_core().wp_cuda_launch_kernel)
+
+
+def cuda_memset_address() -> int:
+    """The address of Warp's native ``wp_memset_device`` (the call `cuda_memset` makes), for native callers."""
+    return _address(runtime_core().wp_memset_device)
+
+
+# -- native code built with Warp's bundled Clang --
+
+
+def compile_cpu_object(source: str, source_path: str, object_path: str, include_dirs: Sequence[str]) -> None:
+    """Compile C++ ``source`` to an object file with the Clang/LLVM in the warp-lang wheel (as Warp builds CPU kernels).
+
+    Raises:
+        RuntimeError: if this Warp build has no CPU compiler, or the compilation failed (Clang's
+            diagnostics are printed to stderr by Warp's compiler library).
+    """
+    check_cpu_support("jarp's native launch handler")
+    runtime_core()
+    runtime = wp._src.context.runtime
+    flags = [f"-I{d}" for d in include_dirs]
+    flags_array = (ctypes.c_char_p * (len(flags) + 1))(*[f.encode() for f in flags], None)
+    with _WARP_LOCK:
+        err = runtime.llvm.wp_compile_cpp(
+            source.encode("utf-8"),
+            source_path.encode("utf-8"),
+            os.path.join(_build.warp_home, "native").encode("utf-8"),
+            object_path.encode("utf-8"),
+            False,  # debug
+            False,  # verify_fp
+            True,  # fuse_fp
+            True,  # enable_tiles_in_stack_memory (irrelevant here)
+            flags_array,
+            2,  # optimization level
+            False,  # verbose
+            False,  # use_precompiled_headers
+            None,  # pch_dir
+            1,  # block_dim (irrelevant here)
+        )
+    if err != 0:
+        raise RuntimeError(f"Warp's bundled Clang failed to compile {source_path} (error code {err})")
+
+
+def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
+    """Load an object file into Warp's LLVM JIT as module ``name``; return a symbol lookup (address, 0 if missing).
+
+    The code stays loaded for the life of the process (nothing unloads ``name``).
+    """
+    runtime_core()
+    llvm = wp._src.context.runtime.llvm
+    with _WARP_LOCK:
+        if llvm.wp_load_obj(object_path.encode("utf-8"), name.encode("utf-8"), wp.config.legacy_cpu_linker) != 0:
+            raise RuntimeError(f"Warp's LLVM JIT failed to load {object_path}")
+
+    def lookup(symbol: str) -> int:
+        with _WARP_LOCK:
+            return int(llvm.wp_lookup(name.encode("utf-8"), symbol.encode("utf-8")) or 0)
+
+    return lookup
+
+
 # -- structs --
 
 
@@ -327,6 +396,15 @@ def check_internals() -> None:
     assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
+    # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
+    assert len(runtime_core().wp_cuda_launch_kernel.argtypes) == 11, "wp_cuda_launch_kernel's parameters changed"
+    assert len(runtime_core().wp_memset_device.argtypes) == 5, "wp_memset_device's parameters changed"
+    llvm = wp._src.context.runtime.llvm
+    for attr in ("wp_compile_cpp", "wp_load_obj", "wp_lookup"):
+        assert llvm is None or hasattr(llvm, attr), f"warp-clang library lost {attr}"
+    assert llvm is None or len(llvm.wp_compile_cpp.argtypes) == 14, "wp_compile_cpp's parameters changed"
+    assert llvm is None or len(llvm.wp_load_obj.argtypes) == 3, "wp_load_obj's parameters changed"
+    assert os.path.isdir(os.path.join(_build.warp_home, "native")), "warp's native include directory moved"
 
 
 # -- inspection --

@@ -90,16 +90,20 @@ def test_kernel_errors_name_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     x = jnp.arange(3, dtype=jnp.float32)
     np.testing.assert_allclose(m(x)[0], 3 * np.arange(3))
 
-    def failing_run(self: Any, frame: int) -> None:
+    def failing_prepare(self: Any, plan: Any, device: Any) -> None:
         raise RuntimeError("launch failed")
 
-    monkeypatch.setattr(_ffi._CpuKernelExecutor, "run", failing_run)
+    # A plan's executor is prepared by Python at its first call on a device (on both launch paths);
+    # a failure there is the error a kernel call can raise. Fresh shapes make fresh plans.
+    monkeypatch.setattr(_ffi._CpuKernelExecutor, "__init__", failing_prepare)
+    y = jnp.arange(5, dtype=jnp.float32)
     with pytest.raises(RuntimeError, match="launch failed") as info:
-        m(x)
+        m(y)
     assert "(raised inside jax_kernel(triple_kernel))" in info.value.__notes__
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"jax_kernel\(triple_kernel\) raised RuntimeError"):
-        jax.jit(lambda x: m(x)[0] + 1)(x).block_until_ready()
+        jax.jit(lambda x: m(x)[0] + 1)(jnp.arange(4, dtype=jnp.float32)).block_until_ready()
     monkeypatch.undo()
+    np.testing.assert_allclose(m(y)[0], 3 * np.arange(5))  # a failed preparation is not cached
     np.testing.assert_allclose(m(x)[0], 3 * np.arange(3))
 
 

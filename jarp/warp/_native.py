@@ -1,0 +1,466 @@
+"""The native launch path: build, load and feed jarp's C++ XLA FFI handler (``_native_handler.cpp``).
+
+The handler is compiled at first use with the Clang/LLVM in the warp-lang wheel (the compiler Warp builds
+every CPU kernel with), against the XLA FFI C header that jaxlib ships, so installing jarp needs no
+compiler and the handler reads XLA's call frame through XLA's own declarations. The object file is
+cached next to Warp's kernels (keyed on the source, the header, and the Warp, jaxlib and machine
+versions) and loaded into Warp's LLVM JIT once per process.
+
+Python then prepares, once per (plan, device), an immutable `LaunchDescriptor` (the argument-block
+templates, the pointer slots and their per-slice offsets, the zero-fill list, the entry point, the launch
+bounds and the expected buffers) and publishes it in a table the handler reads with atomic loads, without
+a lock and without the GIL. A frame the handler does not recognise exactly goes to the Python callback,
+which checks it in full and answers, so the native path adds no error messages of its own.
+
+Set ``JARP_LAUNCH=python`` to force the Python callback path (read once, when jarp registers its FFI
+targets). When the handler cannot be built or loaded, jarp warns once and uses the Python path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jaxlib
+import warp as wp
+
+from . import _internals, _xla_ffi
+
+__all__ = ["ENV", "LaunchDescriptor", "NativeHandler", "handler", "status"]
+
+ENV = "JARP_LAUNCH"
+_SOURCE = Path(__file__).with_name("_native_handler.cpp")
+_MAX_BLOCK_BYTES = 1 << 16  # larger argument blocks (huge fixed-size struct values) stay on the Python path
+
+# The handler includes jaxlib's c_api.h, which includes these two; the wheel's Clang has no C library
+# headers (and a user's machine may have none), so jarp provides the freestanding definitions it needs.
+_SHIM_HEADERS = {
+    "stddef.h": """#pragma once
+typedef __SIZE_TYPE__ size_t;
+typedef __PTRDIFF_TYPE__ ptrdiff_t;
+#ifndef NULL
+#define NULL nullptr
+#endif
+#define offsetof(type, member) __builtin_offsetof(type, member)
+""",
+    "stdint.h": """#pragma once
+typedef __INT8_TYPE__ int8_t;
+typedef __INT16_TYPE__ int16_t;
+typedef __INT32_TYPE__ int32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT8_TYPE__ uint8_t;
+typedef __UINT16_TYPE__ uint16_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __UINT64_TYPE__ uint64_t;
+typedef __INTPTR_TYPE__ intptr_t;
+typedef __UINTPTR_TYPE__ uintptr_t;
+""",
+}
+_HANDLERS = {
+    ("cpu", True): "jarp_handler_cpu",
+    ("cpu", False): "jarp_handler_cpu_no_graph",
+    ("CUDA", True): "jarp_handler_cuda",
+    ("CUDA", False): "jarp_handler_cuda_no_graph",
+}
+
+_I64 = ctypes.c_int64
+_P = ctypes.c_void_p
+
+
+class BufferSpec(ctypes.Structure):
+    _fields_ = (("dtype", _I64), ("rank", _I64), ("dims", _P))
+
+
+class PointerSlot(ctypes.Structure):
+    _fields_ = (("block", _I64), ("word", _I64), ("source", _I64), ("index", _I64), ("offsets", _P))
+
+
+class ZeroFill(ctypes.Structure):
+    _fields_ = (("index", _I64), ("nbytes", _I64))
+
+
+class KernelParam(ctypes.Structure):
+    _fields_ = (("block", _I64), ("offset", _I64))
+
+
+class Descriptor(ctypes.Structure):
+    """The C ``Descriptor`` of ``_native_handler.cpp`` (its layout is checked against the compiled one at load)."""
+
+    _fields_ = (
+        ("nargs", _I64),
+        ("nrets", _I64),
+        ("args", _P),
+        ("rets", _P),
+        ("nzero", _I64),
+        ("zero", _P),
+        ("launch", _I64),
+        ("nslices", _I64),
+        ("nblocks", _I64),
+        ("block_bytes", _I64 * 2),
+        ("templates", _P * 2),
+        ("nslots", _I64),
+        ("slots", _P),
+        ("bounds", _P),
+        ("entry", _P),
+        ("context", _P),
+        ("dim", _I64),
+        ("block_dim", _I64),
+        ("grid_stride", _I64),
+        ("cluster_dim", _I64),
+        ("smem_bytes", _I64),
+        ("nparams", _I64),
+        ("params", _P),
+        ("failure", _P),
+    )
+
+
+def _expected_layout() -> list[int]:
+    """What ``jarp_layout`` in the compiled handler must hold (see the end of ``_native_handler.cpp``)."""
+    x = _xla_ffi
+    return [
+        NativeHandler.CHUNK_HANDLES,
+        NativeHandler.MAX_CHUNKS,
+        NativeHandler.DEVICE_SLOTS,
+        ctypes.sizeof(Descriptor),
+        Descriptor.nslices.offset,
+        Descriptor.templates.offset,
+        Descriptor.entry.offset,
+        Descriptor.params.offset,
+        Descriptor.failure.offset,
+        ctypes.sizeof(BufferSpec),
+        ctypes.sizeof(PointerSlot),
+        ctypes.sizeof(ZeroFill),
+        ctypes.sizeof(KernelParam),
+        x.FRAME_EXTENSION,
+        x.FRAME_API,
+        x.FRAME_CTX,
+        x.FRAME_STAGE,
+        x.FRAME_ARGS_SIZE,
+        x.FRAME_ARGS,
+        x.FRAME_RETS_SIZE,
+        x.FRAME_RETS,
+        x.FRAME_ATTRS_STRUCT,
+        x.FRAME_ATTRS_SIZE,
+        x.FRAME_ATTRS,
+        x.ATTRS_TYPES,
+        x.ATTRS_NAMES,
+        x.BUFFER_DTYPE,
+        x.BUFFER_DATA,
+        x.BUFFER_RANK,
+        x.BUFFER_DIMS,
+        x.SCALAR_VALUE,
+        x._API_ERROR_CREATE,
+        x._API_STREAM_GET,
+        x._API_DEVICE_ORDINAL_GET,
+    ]
+
+
+_LAYOUT_NAMES = (
+    "chunk handles",
+    "max chunks",
+    "device slots",
+    "sizeof(Descriptor)",
+    "Descriptor.nslices",
+    "Descriptor.templates",
+    "Descriptor.entry",
+    "Descriptor.params",
+    "Descriptor.failure",
+    "sizeof(BufferSpec)",
+    "sizeof(PointerSlot)",
+    "sizeof(ZeroFill)",
+    "sizeof(KernelParam)",
+    "XLA_FFI_CallFrame.extension_start",
+    "XLA_FFI_CallFrame.api",
+    "XLA_FFI_CallFrame.ctx",
+    "XLA_FFI_CallFrame.stage",
+    "XLA_FFI_CallFrame.args.size",
+    "XLA_FFI_CallFrame.args.args",
+    "XLA_FFI_CallFrame.rets.size",
+    "XLA_FFI_CallFrame.rets.rets",
+    "XLA_FFI_CallFrame.attrs",
+    "XLA_FFI_CallFrame.attrs.size",
+    "XLA_FFI_CallFrame.attrs.attrs",
+    "XLA_FFI_Attrs.types",
+    "XLA_FFI_Attrs.names",
+    "XLA_FFI_Buffer.dtype",
+    "XLA_FFI_Buffer.data",
+    "XLA_FFI_Buffer.rank",
+    "XLA_FFI_Buffer.dims",
+    "XLA_FFI_Scalar.value",
+    "XLA_FFI_Api.XLA_FFI_Error_Create",
+    "XLA_FFI_Api.XLA_FFI_Stream_Get",
+    "XLA_FFI_Api.XLA_FFI_DeviceOrdinal_Get",
+)
+
+
+class LaunchDescriptor:
+    """An immutable launch descriptor and the memory it points into (owned here, read by the handler).
+
+    Args:
+        args: ``(XLA dtype code, dims)`` of each argument buffer the call must pass.
+        rets: the same for each result buffer.
+        zero: ``(result index, bytes)`` of each result to zero before the launch (all slices).
+        launch: whether there is anything to launch (False for an empty launch grid).
+        nslices: batch slices, launched one after another.
+        templates: the argument blocks' bytes (one forward, two for an adjoint launch), whole 8-byte words.
+        slots: ``(block, word, source, index, per-slice byte offsets)`` of each pointer patched per call;
+            ``source`` is 0 for the frame's arguments, 1 for its results.
+        bounds: the address of the kernel's launch bounds (kept alive by ``keep``).
+        entry: the CPU entry point, or the CUfunction on CUDA.
+        cuda: for CUDA, ``(context, dim, block_dim, grid_stride, cluster_dim, smem_bytes, params)`` where
+            ``params`` lists ``(block, byte offset)`` of each kernel parameter (block 2: the bounds).
+        failure: the error message of a failed CUDA launch or memset.
+        keep: objects the raw addresses point into (entry points, bounds).
+    """
+
+    def __init__(
+        self,
+        *,
+        args: Sequence[tuple[int, Sequence[int]]],
+        rets: Sequence[tuple[int, Sequence[int]]],
+        zero: Sequence[tuple[int, int]],
+        launch: bool,
+        nslices: int,
+        templates: Sequence[bytes],
+        slots: Sequence[tuple[int, int, int, int, Sequence[int]]],
+        bounds: int,
+        entry: int,
+        cuda: tuple[int, int, int, int, int, int, Sequence[tuple[int, int]]] | None = None,
+        failure: str = "jarp: the native launch failed",
+        keep: Any = None,
+    ) -> None:
+        self._keep: list[Any] = [keep]
+        d = Descriptor()
+        d.nargs, d.nrets = len(args), len(rets)
+        d.args = self._buffers(args)
+        d.rets = self._buffers(rets)
+        zeros = (ZeroFill * max(len(zero), 1))(*[ZeroFill(j, n) for j, n in zero])
+        d.nzero, d.zero = len(zero), self._own(zeros)
+        d.launch = int(launch)
+        d.nslices = nslices
+        d.nblocks = len(templates)
+        for b, raw in enumerate(templates):
+            assert len(raw) % 8 == 0, "argument blocks are whole 8-byte words"
+            words = (ctypes.c_uint64 * (len(raw) // 8)).from_buffer_copy(raw)
+            d.block_bytes[b] = len(raw)
+            d.templates[b] = self._own(words)
+        items = []
+        for block, word, source, index, offsets in slots:
+            assert len(offsets) == nslices, "one offset per batch slice"
+            offs = (ctypes.c_int64 * nslices)(*offsets)
+            items.append(PointerSlot(block, word, source, index, self._own(offs)))
+        table = (PointerSlot * max(len(items), 1))(*items)
+        d.nslots, d.slots = len(items), self._own(table)
+        d.bounds, d.entry = bounds, entry
+        if cuda is not None:
+            d.context, d.dim, d.block_dim, d.grid_stride, d.cluster_dim, d.smem_bytes, params = cuda
+            table = (KernelParam * max(len(params), 1))(*[KernelParam(b, o) for b, o in params])
+            d.nparams, d.params = len(params), self._own(table)
+        d.failure = self._own(ctypes.create_string_buffer(failure.encode("utf-8", "replace")))
+        self.descriptor = d
+        self.address = ctypes.addressof(d)
+
+    def _own(self, obj: Any) -> int:
+        self._keep.append(obj)
+        return ctypes.addressof(obj)
+
+    def _buffers(self, specs: Sequence[tuple[int, Sequence[int]]]) -> int:
+        items = []
+        for code, dims in specs:
+            arr = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+            items.append(BufferSpec(code, len(dims), self._own(arr)))
+        return self._own((BufferSpec * max(len(items), 1))(*items))
+
+    @staticmethod
+    def fits(templates: Sequence[bytes]) -> bool:
+        """Whether argument blocks this large go native (the handler copies them to its stack per call)."""
+        return sum(len(t) for t in templates) <= _MAX_BLOCK_BYTES
+
+
+class NativeHandler:
+    """The loaded handler: its FFI target addresses and its descriptor table."""
+
+    CHUNK_HANDLES = 256
+    MAX_CHUNKS = 1 << 14
+    DEVICE_SLOTS = 17  # the CPU, then CUDA ordinals 0 to 15
+
+    def __init__(self, lookup: Any, path: Path) -> None:
+        self.path = path
+        self._symbols = {name: lookup(name) for name in (*_HANDLERS.values(), "jarp_floor_handler")}
+        for name in ("jarp_configure", "jarp_add_chunk", "jarp_publish", "jarp_layout", "jarp_layout_size"):
+            self._symbols[name] = lookup(name)
+        missing = [name for name, address in self._symbols.items() if not address]
+        if missing:
+            raise RuntimeError(f"symbols missing from the compiled handler: {', '.join(missing)}")
+        self._check_layout()
+        self._configure = ctypes.CFUNCTYPE(None, _I64, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
+        self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
+        self._lock = threading.Lock()
+        self._chunks: dict[int, Any] = {}
+        self._published: dict[tuple[int, int], LaunchDescriptor] = {}
+        self._withdrawn: list[LaunchDescriptor] = []
+
+    def _check_layout(self) -> None:
+        n = ctypes.c_int64.from_address(self._symbols["jarp_layout_size"]).value
+        compiled = list((ctypes.c_int64 * n).from_address(self._symbols["jarp_layout"]))
+        expected = _expected_layout()
+        if len(compiled) != len(expected):
+            raise RuntimeError(
+                f"the compiled handler's layout table has {len(compiled)} entries, jarp expects {len(expected)}"
+            )
+        wrong = [
+            f"{name}: compiled {c}, Python {e}"
+            for name, c, e in zip(_LAYOUT_NAMES, compiled, expected, strict=True)
+            if c != e
+        ]
+        if wrong:
+            raise RuntimeError(
+                "jaxlib's XLA FFI header (or the handler's descriptor) disagrees with jarp's Python view of it: "
+                + "; ".join(wrong)
+            )
+
+    def address(self, platform_name: str, graph: bool) -> int:
+        """The address of the handler registered as jarp's target on ``platform_name`` (``"cpu"``/``"CUDA"``)."""
+        return self._symbols[_HANDLERS[(platform_name, graph)]]
+
+    @property
+    def floor_address(self) -> int:
+        """A handler that only answers XLA's metadata query: the cost floor of any native FFI handler."""
+        return self._symbols["jarp_floor_handler"]
+
+    def configure(self, session: int, slow: dict[tuple[str, bool], int]) -> None:
+        """Set the session token and the Python callbacks (keyed like the handlers); call before registering."""
+        cuda_launch = cuda_memset = 0
+        if wp.is_cuda_available():
+            cuda_launch, cuda_memset = _internals.cuda_launch_address(), _internals.cuda_memset_address()
+        self._configure(
+            int(session),
+            slow[("cpu", True)],
+            slow[("cpu", False)],
+            slow[("CUDA", True)],
+            slow[("CUDA", False)],
+            cuda_launch,
+            cuda_memset,
+        )
+
+    def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
+        """Publish the descriptor of (``handle``, device ``slot``); False if the table cannot hold it."""
+        if not 0 <= handle < self.CHUNK_HANDLES * self.MAX_CHUNKS or not 0 <= slot < self.DEVICE_SLOTS:
+            return False
+        with self._lock:
+            index = handle // self.CHUNK_HANDLES
+            if index not in self._chunks:
+                chunk = (ctypes.c_void_p * (self.CHUNK_HANDLES * self.DEVICE_SLOTS))()
+                self._chunks[index] = chunk
+                self._add_chunk(index, ctypes.addressof(chunk))
+            self._published[(handle, slot)] = descriptor
+            return bool(self._publish(handle, slot, descriptor.address))
+
+    def withdraw(self, handles: Sequence[int]) -> None:
+        """Withdraw every descriptor of ``handles`` (released plans).
+
+        The memory of a withdrawn descriptor is kept until the next withdrawal, so a handler that
+        loaded it just before is done with it (no executable uses a released plan any more).
+        """
+        with self._lock:
+            old, self._withdrawn = self._withdrawn, []
+            for handle in handles:
+                for slot in range(self.DEVICE_SLOTS):
+                    descriptor = self._published.pop((handle, slot), None)
+                    if descriptor is not None:
+                        self._publish(handle, slot, None)
+                        self._withdrawn.append(descriptor)
+        del old
+
+    def published(self) -> int:
+        """How many descriptors are published (for inspection and tests)."""
+        return len(self._published)
+
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _cache_key(source: str) -> str:
+    header = Path(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h").read_bytes()
+    h = hashlib.sha256()
+    for part in (
+        source.encode(),
+        repr(sorted(_SHIM_HEADERS.items())).encode(),
+        header,
+        wp.config.version.encode(),
+        jaxlib.__version__.encode(),
+        platform.machine().encode(),
+        platform.system().encode(),
+    ):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:16]
+
+
+def _build() -> NativeHandler:
+    _internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
+    source = _SOURCE.read_text()
+    key = _cache_key(source)
+    cache = Path(wp.config.kernel_cache_dir) / f"jarp_native_{key}"
+    obj = cache / "jarp_native_handler.o"
+    if not obj.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        # Compiled beside its final name and renamed into place: another process may build the same key.
+        partial = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with tempfile.TemporaryDirectory(prefix="jarp_native_") as shims:
+            for name, text in _SHIM_HEADERS.items():
+                Path(shims, name).write_text(text)
+            try:
+                _internals.compile_cpu_object(source, str(_SOURCE), str(partial), [shims, jax.ffi.include_dir()])
+                os.replace(partial, obj)
+            finally:
+                partial.unlink(missing_ok=True)
+    lookup = _internals.load_cpu_object(str(obj), f"jarp_native_{key}")
+    return NativeHandler(lookup, obj)
+
+
+def handler() -> NativeHandler | None:
+    """The native handler, built and loaded at the first call; None on the Python path.
+
+    The Python path is taken when ``JARP_LAUNCH=python`` is set, or, with one `RuntimeWarning` naming
+    the reason, when the handler cannot be built or loaded here.
+    """
+    with _lock:
+        if "handler" in _state:
+            return _state["handler"]
+        choice = os.environ.get(ENV, "native").strip().lower()
+        result: NativeHandler | None = None
+        if choice == "python":
+            _state["status"] = f"python ({ENV}=python)"
+        elif choice not in ("native", ""):
+            raise ValueError(f"{ENV}={os.environ[ENV]!r} is not a launch path; use 'native' (the default) or 'python'.")
+        else:
+            try:
+                result = _build()
+                _state["status"] = "native"
+            except Exception as e:
+                _state["status"] = f"python (the native handler failed to build: {e})"
+                warnings.warn(
+                    f"jarp could not build its native launch handler ({type(e).__name__}: {e}); kernels launch "
+                    f"through the Python callback instead (correct, but ~3 us more per launch and serialised by "
+                    f"the GIL). Set {ENV}=python to choose that path explicitly and silence this warning.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        _state["handler"] = result
+        return result
+
+
+def status() -> str:
+    """Which launch path this process uses: ``"native"``, or ``"python (<why>)"``; ``"not decided"`` before the first call."""
+    return _state.get("status", "not decided")

@@ -1,0 +1,338 @@
+// jarp's native XLA FFI handler: launch a prepared Warp kernel plan without Python.
+//
+// Built at first use by jarp/warp/_native.py with the Clang that ships in the warp-lang wheel
+// (the compiler Warp builds every CPU kernel with), against jaxlib's own XLA FFI header, so the
+// call frame is read through the header's declarations, not through offsets written by hand.
+// Only freestanding headers are needed; _native.py provides <stddef.h> and <stdint.h>.
+//
+// Python prepares one immutable launch descriptor per (plan handle, device) and publishes it in a
+// two-level table (chunks of handles x device slots). The handler reads the table with acquire loads,
+// no lock and no GIL. Anything it does not recognise exactly (a frame another process or a
+// hand-written ffi_call made, a plan with no descriptor yet, a callable, a buffer that does not match)
+// goes to the Python callback, which checks the frame in full, builds what is missing (and publishes it)
+// or answers with an XLA FFI error naming what was wrong. The handler never reports a mismatch
+// itself, so the messages stay in one place.
+
+#include "xla/ffi/api/c_api.h"
+
+static_assert(XLA_FFI_API_MAJOR == 0, "jarp's native handler is written for XLA FFI API 0.x");
+static_assert(sizeof(void*) == 8, "jarp's native handler needs a 64-bit target");
+
+extern "C" void* memset(void* dst, int value, size_t n);
+extern "C" void* memcpy(void* dst, const void* src, size_t n);
+
+namespace {
+
+// ---- the launch descriptor (mirrored by _native.Descriptor; offsets checked at load) ----
+
+struct BufferSpec {  // what a call's buffer must be
+  int64_t dtype;     // XLA_FFI_DataType
+  int64_t rank;
+  const int64_t* dims;
+};
+
+struct PointerSlot {       // a pointer word of an argument block, patched per call (and per batch slice)
+  int64_t block;           // 0: primal argument block, 1: adjoint argument block
+  int64_t word;            // 8-byte word index in the block
+  int64_t source;          // 0: the frame's arguments, 1: its results
+  int64_t index;           // buffer index
+  const int64_t* offsets;  // byte offset of each batch slice (nslices entries)
+};
+
+struct ZeroFill {  // a result zeroed before the launch
+  int64_t index;
+  int64_t nbytes;
+};
+
+struct KernelParam {  // CUDA: where a kernel parameter lives (block 0/1 and byte offset, block 2: the bounds)
+  int64_t block;
+  int64_t offset;
+};
+
+struct Descriptor {
+  int64_t nargs;
+  int64_t nrets;
+  const BufferSpec* args;
+  const BufferSpec* rets;
+  int64_t nzero;
+  const ZeroFill* zero;
+  int64_t launch;   // 0: nothing to launch (an empty launch grid), 1: launch
+  int64_t nslices;  // batch slices launched one after another
+  int64_t nblocks;  // 1 (forward) or 2 (adjoint: primal and adjoint argument blocks)
+  int64_t block_bytes[2];
+  const void* templates[2];
+  int64_t nslots;
+  const PointerSlot* slots;
+  const void* bounds;  // wp::launch_bounds_t
+  void* entry;         // CPU: the forward or backward entry point; CUDA: the CUfunction
+  // CUDA only: the arguments of Warp's wp_cuda_launch_kernel
+  void* context;
+  int64_t dim;
+  int64_t block_dim;
+  int64_t grid_stride;
+  int64_t cluster_dim;
+  int64_t smem_bytes;
+  int64_t nparams;
+  const KernelParam* params;
+  const char* failure;  // the message of a failed CUDA launch or memset
+};
+
+// ---- the table ----
+
+constexpr int64_t kChunkHandles = 256;
+constexpr int64_t kMaxChunks = 1 << 14;  // 4,194,304 handles; beyond, plans take the Python path
+constexpr int64_t kDeviceSlots = 17;     // the CPU and 16 CUDA ordinals
+
+Descriptor** g_chunks[kMaxChunks];
+
+typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*);
+typedef size_t (*CudaLaunch)(void*, void*, size_t, int, int, int, int, int, void**, void*, const void*);
+typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
+typedef void (*CpuForward)(const void*, void*);
+typedef void (*CpuBackward)(const void*, void*, void*);
+
+SlowPath g_slow[4];  // [platform * 2 + graph]
+int64_t g_session;
+CudaLaunch g_cuda_launch;
+CudaMemset g_cuda_memset;
+
+inline Descriptor* lookup(int64_t handle, int64_t slot) {
+  if (handle < 0 || handle >= kChunkHandles * kMaxChunks) return nullptr;
+  Descriptor** chunk = __atomic_load_n(&g_chunks[handle / kChunkHandles], __ATOMIC_ACQUIRE);
+  if (chunk == nullptr) return nullptr;
+  return __atomic_load_n(&chunk[(handle % kChunkHandles) * kDeviceSlots + slot], __ATOMIC_ACQUIRE);
+}
+
+inline bool is_name(const XLA_FFI_ByteSpan* span, const char* name, size_t len) {
+  if (span == nullptr || span->len != len) return false;
+  for (size_t i = 0; i < len; ++i)
+    if (span->ptr[i] != name[i]) return false;
+  return true;
+}
+
+inline bool read_int64(const XLA_FFI_Attrs& attrs, int64_t i, int64_t* out) {
+  if (attrs.types[i] != XLA_FFI_AttrType_SCALAR) return false;
+  const XLA_FFI_Scalar* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[i]);
+  if (scalar->dtype != XLA_FFI_DataType_S64) return false;
+  *out = *static_cast<const int64_t*>(scalar->value);
+  return true;
+}
+
+inline bool same_buffer(const XLA_FFI_Buffer* b, const BufferSpec& spec) {
+  if (b->dtype != spec.dtype || b->rank != spec.rank) return false;
+  for (int64_t k = 0; k < spec.rank; ++k)
+    if (b->dims[k] != spec.dims[k]) return false;
+  return true;
+}
+
+XLA_FFI_Error* error(XLA_FFI_CallFrame* frame, XLA_FFI_Error_Code code, const char* message) {
+  XLA_FFI_Error_Create_Args args;
+  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.message = message;
+  args.errc = code;
+  return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+bool answer_metadata(XLA_FFI_CallFrame* frame, bool graph) {
+  XLA_FFI_Extension_Base* ext = frame->extension_start;
+  if (ext->type != XLA_FFI_Extension_Metadata) return false;
+  XLA_FFI_Metadata* meta = reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext)->metadata;
+  // The oldest version whose frame this handler reads (as jarp's Python callback answers).
+  meta->api_version.major_version = 0;
+  meta->api_version.minor_version = 1;
+  meta->traits = graph ? XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE : 0;
+  return true;
+}
+
+template <int kCuda, int kGraph>
+XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
+  SlowPath slow = g_slow[kCuda * 2 + kGraph];
+  if (frame->extension_start != nullptr && answer_metadata(frame, kGraph)) return nullptr;
+  if (frame->struct_size < XLA_FFI_CallFrame_STRUCT_SIZE) return slow(frame);
+
+  // Exactly jarp's attributes (XLA passes them sorted by name): plan, session; this process's token.
+  const XLA_FFI_Attrs& attrs = frame->attrs;
+  int64_t handle, session;
+  if (attrs.size != 2 || !is_name(attrs.names[0], "plan", 4) || !is_name(attrs.names[1], "session", 7) ||
+      !read_int64(attrs, 0, &handle) || !read_int64(attrs, 1, &session) || session != g_session)
+    return slow(frame);
+
+  int64_t slot = 0;
+  if (kCuda) {
+    XLA_FFI_DeviceOrdinal_Get_Args args;
+    args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = frame->ctx;
+    args.device_ordinal = -1;
+    XLA_FFI_Error* err = frame->api->XLA_FFI_DeviceOrdinal_Get(&args);
+    if (err != nullptr) return err;
+    if (args.device_ordinal < 0 || args.device_ordinal >= kDeviceSlots - 1) return slow(frame);
+    slot = 1 + args.device_ordinal;
+  }
+  const Descriptor* d = lookup(handle, slot);
+  if (d == nullptr) return slow(frame);  // not prepared yet, a callable, or not jarp's
+
+  // The buffers, exactly as the plan expects them, before any memory is touched.
+  if (frame->args.size != d->nargs || frame->rets.size != d->nrets) return slow(frame);
+  void** ptrs[2];
+  ptrs[0] = static_cast<void**>(__builtin_alloca(sizeof(void*) * (d->nargs + d->nrets + 1)));
+  ptrs[1] = ptrs[0] + d->nargs;
+  for (int64_t i = 0; i < d->nargs; ++i) {
+    const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || !same_buffer(b, d->args[i])) return slow(frame);
+    ptrs[0][i] = b->data;
+  }
+  for (int64_t j = 0; j < d->nrets; ++j) {
+    const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[j]);
+    if (frame->rets.types[j] != XLA_FFI_RetType_BUFFER || !same_buffer(b, d->rets[j])) return slow(frame);
+    ptrs[1][j] = b->data;
+  }
+
+  void* stream = nullptr;
+  if (kCuda) {
+    XLA_FFI_Stream_Get_Args args;
+    args.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = frame->ctx;
+    args.stream = nullptr;
+    XLA_FFI_Error* err = frame->api->XLA_FFI_Stream_Get(&args);
+    if (err != nullptr) return err;
+    stream = args.stream;
+  }
+  for (int64_t z = 0; z < d->nzero; ++z) {
+    void* dst = ptrs[1][d->zero[z].index];
+    size_t nbytes = static_cast<size_t>(d->zero[z].nbytes);
+    if (!kCuda) {
+      memset(dst, 0, nbytes);
+    } else if (!g_cuda_memset(d->context, dst, 0, nbytes, stream)) {
+      return error(frame, XLA_FFI_Error_Code_INTERNAL, d->failure);
+    }
+  }
+  if (!d->launch) return nullptr;
+
+  // Each call fills its own copy of the argument blocks, so threads launch concurrently.
+  uint64_t* blocks[2] = {nullptr, nullptr};
+  for (int64_t b = 0; b < d->nblocks; ++b) {
+    blocks[b] = static_cast<uint64_t*>(__builtin_alloca(static_cast<size_t>(d->block_bytes[b])));
+    memcpy(blocks[b], d->templates[b], static_cast<size_t>(d->block_bytes[b]));
+  }
+  void** params = nullptr;
+  if (kCuda) {
+    // cuLaunchKernel takes one pointer per parameter (the bounds, then every field of the argument
+    // block(s)) and copies the values at launch, so the blocks can be patched again for the next slice.
+    params = static_cast<void**>(__builtin_alloca(sizeof(void*) * (d->nparams + 1)));
+    for (int64_t k = 0; k < d->nparams; ++k) {
+      const KernelParam& p = d->params[k];
+      params[k] = p.block == 2 ? const_cast<void*>(d->bounds)
+                               : static_cast<void*>(reinterpret_cast<char*>(blocks[p.block]) + p.offset);
+    }
+  }
+  for (int64_t s = 0; s < d->nslices; ++s) {
+    for (int64_t k = 0; k < d->nslots; ++k) {
+      const PointerSlot& p = d->slots[k];
+      uint64_t base = reinterpret_cast<uint64_t>(ptrs[p.source][p.index]);
+      blocks[p.block][p.word] = base + static_cast<uint64_t>(p.offsets[s]);
+    }
+    if (kCuda) {
+      if (g_cuda_launch(d->context, d->entry, static_cast<size_t>(d->dim), 0, static_cast<int>(d->block_dim),
+                        static_cast<int>(d->grid_stride), static_cast<int>(d->cluster_dim),
+                        static_cast<int>(d->smem_bytes), params, stream, nullptr) != 0)
+        return error(frame, XLA_FFI_Error_Code_INTERNAL, d->failure);
+    } else if (d->nblocks == 1) {
+      reinterpret_cast<CpuForward>(d->entry)(d->bounds, blocks[0]);
+    } else {
+      reinterpret_cast<CpuBackward>(d->entry)(d->bounds, blocks[0], blocks[1]);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The handlers, one per (platform, graph trait); jarp registers them as its FFI targets.
+XLA_FFI_Error* jarp_handler_cpu(XLA_FFI_CallFrame* frame) { return handler<0, 1>(frame); }
+XLA_FFI_Error* jarp_handler_cpu_no_graph(XLA_FFI_CallFrame* frame) { return handler<0, 0>(frame); }
+XLA_FFI_Error* jarp_handler_cuda(XLA_FFI_CallFrame* frame) { return handler<1, 1>(frame); }
+XLA_FFI_Error* jarp_handler_cuda_no_graph(XLA_FFI_CallFrame* frame) { return handler<1, 0>(frame); }
+
+// The floor of what a handler costs: answers XLA's metadata query, otherwise does nothing
+// (benchmarks/bench_launch.py times it beside jarp's handler).
+XLA_FFI_Error* jarp_floor_handler(XLA_FFI_CallFrame* frame) {
+  if (frame->extension_start != nullptr) answer_metadata(frame, true);
+  return nullptr;
+}
+
+// Set once, before the handlers are registered.
+void jarp_configure(int64_t session, void* slow_cpu, void* slow_cpu_no_graph, void* slow_cuda,
+                    void* slow_cuda_no_graph, void* cuda_launch, void* cuda_memset) {
+  g_session = session;
+  g_slow[0] = reinterpret_cast<SlowPath>(slow_cpu_no_graph);
+  g_slow[1] = reinterpret_cast<SlowPath>(slow_cpu);
+  g_slow[2] = reinterpret_cast<SlowPath>(slow_cuda_no_graph);
+  g_slow[3] = reinterpret_cast<SlowPath>(slow_cuda);
+  g_cuda_launch = reinterpret_cast<CudaLaunch>(cuda_launch);
+  g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
+}
+
+// Give the table the memory of chunk ``index`` (kChunkHandles * kDeviceSlots zeroed pointers, owned by Python).
+int jarp_add_chunk(int64_t index, Descriptor** chunk) {
+  if (index < 0 || index >= kMaxChunks) return 0;
+  __atomic_store_n(&g_chunks[index], chunk, __ATOMIC_RELEASE);
+  return 1;
+}
+
+// Publish (or, with nullptr, withdraw) the descriptor of (handle, device slot); its chunk must exist.
+int jarp_publish(int64_t handle, int64_t slot, Descriptor* descriptor) {
+  if (handle < 0 || handle >= kChunkHandles * kMaxChunks || slot < 0 || slot >= kDeviceSlots) return 0;
+  Descriptor** chunk = __atomic_load_n(&g_chunks[handle / kChunkHandles], __ATOMIC_ACQUIRE);
+  if (chunk == nullptr) return 0;
+  __atomic_store_n(&chunk[(handle % kChunkHandles) * kDeviceSlots + slot], descriptor, __ATOMIC_RELEASE);
+  return 1;
+}
+
+// The layout this module was compiled with, for _native.py to check its ctypes mirrors against:
+// the table's geometry, then the descriptor's field offsets and sizes, then the XLA FFI frame offsets
+// that jarp's Python path (_xla_ffi.py) reads by hand, as jaxlib's header has them.
+extern const int64_t jarp_layout[] = {
+    kChunkHandles,
+    kMaxChunks,
+    kDeviceSlots,
+    static_cast<int64_t>(sizeof(Descriptor)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, nslices)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, templates)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, entry)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, params)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, failure)),
+    static_cast<int64_t>(sizeof(BufferSpec)),
+    static_cast<int64_t>(sizeof(PointerSlot)),
+    static_cast<int64_t>(sizeof(ZeroFill)),
+    static_cast<int64_t>(sizeof(KernelParam)),
+    // XLA FFI, from jaxlib's header
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, extension_start)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, api)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, ctx)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, stage)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, args) + __builtin_offsetof(XLA_FFI_Args, size)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, args) + __builtin_offsetof(XLA_FFI_Args, args)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, rets) + __builtin_offsetof(XLA_FFI_Rets, size)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, rets) + __builtin_offsetof(XLA_FFI_Rets, rets)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, attrs)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, attrs) + __builtin_offsetof(XLA_FFI_Attrs, size)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_CallFrame, attrs) + __builtin_offsetof(XLA_FFI_Attrs, attrs)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Attrs, types)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Attrs, names)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Buffer, dtype)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Buffer, data)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Buffer, rank)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Buffer, dims)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Scalar, value)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_Stream_Get)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get)),
+};
+extern const int64_t jarp_layout_size = sizeof(jarp_layout) / sizeof(jarp_layout[0]);
+
+}  // extern "C"
