@@ -1,7 +1,8 @@
 """Project automation: `python3 -m pip install nox && python3 -m nox -s <session>`.
 
 Sessions:
-    tests    the test suite, twice: a float32 process, then a `JAX_ENABLE_X64=1` process running the `x64` tests
+    tests    the test suite: a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests, then the
+             bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`)
     lint     ruff check and ruff format --check
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
@@ -28,13 +29,17 @@ FLOAT32 = {"JAX_ENABLE_X64": "0"}
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite in a float32 process, then the `x64` tests in a float64 process.
+    """Run the test suite in a float32 process, the `x64` tests in a float64 process, then the bridge tests on the Python path.
+
+    Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
+    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built.
 
     pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
     """
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs, env=FLOAT32)
     session.run("pytest", "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1"})
+    session.run("pytest", "-m", "launch_paths", *session.posargs, env={**FLOAT32, "JARP_LAUNCH": "python"})
 
 
 @nox.session(python=PYTHON)

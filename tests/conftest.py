@@ -19,6 +19,9 @@ jax.config.update("jax_debug_key_reuse", True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "x64: runs only in the JAX_ENABLE_X64=1 process (float64 tests)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU visible to Warp and JAX; skipped elsewhere")
+    config.addinivalue_line(
+        "markers", "launch_paths: runs again with JARP_LAUNCH=python (the Python launch path) in `nox -s tests`"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -24,6 +24,8 @@ from tests.warp.kinds import Kind, over_kinds
 
 from . import kernels_ad as K
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 rev = partial(check_grads, order=1, modes=["rev"], eps=1e-6, atol=1e-6, rtol=1e-6)
 
 

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from tests.warp.kernels import N_SPRING, STIFFNESS, spring_data, spring_expected, vecmat_data
 from tests.warp.kinds import KERNEL, Kind, over_kinds
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 B, N, M, NB = 3, 5, 7, 4
 
 

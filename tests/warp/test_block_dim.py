@@ -26,6 +26,8 @@ from jarp.warp import _internals, jax_kernel
 from jarp.warp._inspect import compile_aot, kernel_source, list_plans
 from jarp.warp._plans import registry
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 TILE = 8  # row length of the row-sum tiles
 TM, TN = 2, 8  # tile shape of the elementwise kernel
 BLOCK = 64

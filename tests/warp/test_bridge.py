@@ -16,6 +16,8 @@ from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
 
 from . import kernels as k
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 
 def test_retracing_does_not_grow_the_registry():
     m = jax_kernel(k.triple_kernel, enable_backward=True)

@@ -19,6 +19,8 @@ import warp as wp
 from jarp.warp import _dtypes, jax_callable, jax_kernel
 from tests.warp import kernels_dtypes as kd
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 HALVES = [pytest.param(wp.float16, id="float16"), pytest.param(wp.bfloat16, id="bfloat16")]
 EPS = {wp.float16: 2.0**-10, wp.bfloat16: 2.0**-7}
 

@@ -18,6 +18,8 @@ from jarp.warp import _errors, _ffi, jax_callable, jax_kernel
 
 from . import kernels as k
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 
 class _Custom(Exception):
     """A user's own exception type (weak-referenceable, unlike the built-in ones)."""

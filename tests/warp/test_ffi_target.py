@@ -28,6 +28,8 @@ from jarp.warp import jax_callable, jax_kernel
 
 from . import kernels as k
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TIMEOUT = 300
 

@@ -46,6 +46,8 @@ from hypothesis import strategies as st
 from jarp.warp import jax_callable, jax_kernel
 from tests.warp import kernels_hostile as kh
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 ERRORS = (TypeError, ValueError)
 HANG_LIMIT = 300  # seconds per test (first compiles included); a hang dumps every thread's stack and ends the run
 SUBPROCESS_TIMEOUT = 240

@@ -33,6 +33,8 @@ from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._plans import registry
 from tests.warp import kernels_struct as ks
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 # ======================================================================================================================
 # Struct values of several pytree kinds
 # ======================================================================================================================

@@ -1,0 +1,225 @@
+"""The native launch path (`jarp/warp/_native.py`, `_native_handler.cpp`).
+
+Kernel plans run through a C++ XLA FFI handler once Python has prepared and published their launch
+descriptor (at a plan's first call on a device); callables, and any frame the handler does not recognise,
+go to the Python callback. The suite runs the bridge tests once more with ``JARP_LAUNCH=python`` (see
+``noxfile.py``); this file checks what differs between the paths.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jarp.warp import _ffi, _native, jax_callable, jax_kernel
+
+from . import kernels as k
+from . import kernels_struct as ks
+
+pytestmark = pytest.mark.launch_paths
+
+_ROOT = Path(__file__).resolve().parents[2]
+NATIVE = os.environ.get(_native.ENV, "native") != "python"
+
+
+def _registered() -> None:
+    jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])(jnp.ones(1, jnp.float32)).block_until_ready()
+
+
+def test_the_launch_path_is_the_one_the_environment_asks_for() -> None:
+    _registered()
+    if NATIVE:
+        # The native path is the default wherever it builds; it must build on every machine jarp supports.
+        assert _ffi.launch_path() == "native"
+        assert _ffi._native_handler is not None
+        assert _ffi._native_handler.path.exists()
+    else:
+        assert _ffi.launch_path() == f"python ({_native.ENV}=python)"
+        assert _ffi._native_handler is None
+
+
+@pytest.fixture
+def python_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records each frame that reaches the Python callback (the callbacks look `_callback` up per call)."""
+    calls: list[str] = []
+    original = _ffi._callback
+
+    def counting(frame: int, platform: str, graph: bool) -> int | None:
+        calls.append(platform)
+        return original(frame, platform, graph)
+
+    monkeypatch.setattr(_ffi, "_callback", counting)
+    return calls
+
+
+def _struct_call() -> tuple[Any, Any]:
+    m = jax_kernel(ks.scale_kernel)
+    w = jnp.linspace(0.5, 1.5, 7, dtype=jnp.float32)
+    x = jnp.linspace(-1.0, 2.0, 7, dtype=jnp.float32)
+    return (lambda x: m({"k": 3.0, "w": w}, x)[0]), (x, 3.0 * np.asarray(w) * np.asarray(x) ** 2)
+
+
+def _cases() -> dict[str, tuple[Any, Any]]:
+    """Calls of every kind of kernel plan, each with its inputs and the expected result (NumPy)."""
+    x = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32)
+    xs = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    triple = jax_kernel(k.triple_kernel)
+    sss = jax_kernel(k.scale_sum_square, enable_backward=True)
+    scatter = jax_kernel(k.scatter_add_kernel, launch_dims=4, output_dims={"out": 3})
+    idx = jnp.array([0, 2, 2, 1], jnp.int32)
+    wts = jnp.array([1.0, 2.0, 3.0, 4.0], jnp.float32)
+    return {
+        "forward": (lambda x: triple(x)[0], (x, 3 * np.asarray(x))),
+        "static scalar": (lambda x: sss(x, x, 2.0)[0], (x, 9 * np.asarray(x) ** 2)),
+        # a traced scalar: a runtime-scalar variant, the scalar passed as a buffer
+        "runtime scalar": (lambda x: sss(x, x, jnp.sum(x) + 2.0)[0], (x, 9 * np.asarray(x) ** 2)),
+        "zero-filled output": (lambda w: scatter(idx, w)[0], (wts, np.array([1.0, 4.0, 5.0]))),
+        "vmap (batch slices)": (jax.vmap(lambda r: triple(r)[0]), (xs, 3 * np.asarray(xs))),
+        "grad (adjoint plan)": (jax.grad(lambda x: jnp.sum(sss(x, x, 2.0)[0])), (x, 18 * np.asarray(x))),
+        "vmap of grad": (
+            jax.vmap(jax.grad(lambda r: jnp.sum(sss(r, r, 2.0)[0]))),
+            (xs, 18 * np.asarray(xs)),
+        ),
+        "struct parameter": _struct_call(),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_kernel_plans_run_without_python_after_their_first_call(case: str, python_calls: list[str]) -> None:
+    fn, (x, expected) = _cases()[case]
+    f = jax.jit(fn)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-5, atol=1e-6)  # prepares and publishes the plans
+    python_calls.clear()
+    for _ in range(3):
+        np.testing.assert_allclose(f(x), expected, rtol=1e-5, atol=1e-6)
+    if NATIVE:
+        assert python_calls == [], "a prepared kernel plan went through the Python callback"
+    else:
+        assert python_calls, "the Python path should run every call through the callback"
+
+
+def test_callables_keep_the_python_path(python_calls: list[str]) -> None:
+    m = jax_callable(k.triple_func)
+    f = jax.jit(lambda x: m(x)[0])
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_allclose(f(x), 3 * np.arange(4))
+    python_calls.clear()
+    np.testing.assert_allclose(f(x), 3 * np.arange(4))
+    assert python_calls == ["cpu"]
+
+
+def test_a_frame_that_does_not_match_goes_to_python_for_its_error() -> None:
+    """A hand-written call naming a published plan with other buffers gets the Python path's message."""
+    m = jax_kernel(k.triple_kernel)
+    f = jax.jit(lambda x: m(x)[0])
+    x = jnp.arange(6, dtype=jnp.float32)
+    np.testing.assert_allclose(f(x), 3 * np.arange(6))
+    text = f.lower(x).as_text()
+    handle = int(text.split("plan = ")[1].split(" ")[0])
+    call = jax.ffi.ffi_call(_ffi.TARGET, jax.ShapeDtypeStruct((5,), jnp.float32))
+    with pytest.raises(Exception, match=r"operand 0 .* is float32\[5\], the plan expects float32\[6\]"):
+        jax.block_until_ready(
+            jax.jit(lambda y: call(y, plan=np.int64(handle), session=_ffi.SESSION))(jnp.ones(5, jnp.float32))
+        )
+
+
+@pytest.mark.skipif(not NATIVE, reason="checks the native handler's layout table")
+def test_the_compiled_layout_is_checked_against_pythons_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    _registered()
+    handler = _ffi._native_handler
+    assert handler is not None
+    handler._check_layout()  # the handler compiled from jaxlib's header agrees with _xla_ffi and _native
+    wrong = _native._expected_layout()
+    wrong[_native._LAYOUT_NAMES.index("XLA_FFI_Buffer.data")] += 8
+    monkeypatch.setattr(_native, "_expected_layout", lambda: wrong)
+    with pytest.raises(RuntimeError, match=r"XLA_FFI_Buffer\.data: compiled 24, Python 32"):
+        handler._check_layout()
+
+
+def test_plans_prepared_from_eight_threads_at_once(python_calls: list[str]) -> None:
+    """First calls of eight new plans at once: each descriptor is published once and then used natively."""
+    m = jax_kernel(k.triple_kernel)
+    fns = [jax.jit(lambda x: m(x)[0]) for _ in range(8)]
+    inputs = [jnp.arange(100 + i, dtype=jnp.float32) for i in range(8)]  # eight shapes: eight plans
+    for f, x in zip(fns, inputs, strict=True):
+        f.lower(x).compile()  # compile outside the race: the race is about first launches
+    before = _ffi._native_handler.published() if NATIVE else 0
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            for _ in range(20):
+                np.testing.assert_allclose(fns[i](inputs[i]), 3 * np.asarray(inputs[i]))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    if NATIVE:
+        assert _ffi._native_handler.published() - before == 8
+        assert len(python_calls) < 8 * 20  # some calls raced the publication; later ones ran natively
+        python_calls.clear()
+        for f, x in zip(fns, inputs, strict=True):
+            f(x).block_until_ready()
+        assert python_calls == []
+
+
+def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
+    """A handler source that does not compile: one RuntimeWarning, the Python path, correct results."""
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    script = textwrap.dedent(
+        f"""
+        import warnings
+        warnings.simplefilter("always")
+        import jax, jax.numpy as jnp, numpy as np
+        from jarp.warp import _ffi, _native, jax_kernel
+        from pathlib import Path
+        from tests.warp import kernels as k
+        _native._SOURCE = Path({str(broken)!r})
+        m = jax_kernel(k.triple_kernel)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                np.testing.assert_allclose(jax.jit(lambda x: m(x)[0])(jnp.arange(3.0)), [0.0, 3.0, 6.0])
+        native = [w for w in caught if "native launch handler" in str(w.message)]
+        assert len(native) == 1, [str(w.message) for w in caught]
+        assert native[0].category is RuntimeWarning
+        assert "JARP_LAUNCH=python" in str(native[0].message)
+        assert _ffi.launch_path().startswith("python (the native handler failed to build"), _ffi.launch_path()
+        print("fallback ok")
+        """
+    )
+    env = {key: value for key, value in os.environ.items() if key != _native.ENV}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fallback ok" in proc.stdout
+
+
+def test_an_unknown_launch_path_is_refused() -> None:
+    script = "import jax.numpy as jnp\nfrom jarp.warp import jax_kernel\nfrom tests.warp import kernels as k\n"
+    script += "jax_kernel(k.triple_kernel)(jnp.ones(2))\n"
+    env = dict(os.environ, **{_native.ENV: "fast"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0
+    assert "JARP_LAUNCH='fast' is not a launch path; use 'native' (the default) or 'python'" in proc.stderr
