@@ -1,14 +1,24 @@
 """Launch-path benchmark: jarp vs Warp's own JAX FFI (``wp.jax_kernel``) in one process.
 
-Prints medians and ratios (jarp / warp). Run: ``python benchmarks/bench_launch.py``.
+Prints medians and ratios (jarp / warp), then issue 11's targets with PASS/FAIL. The variants compared in one
+target are timed interleaved (one call of each, in rotating order, per repeat; medians per variant), so load
+changes on a shared machine hit them alike. The marginal cost of a launch is (chain of 201 - chain of 1) / 200
+inside one jit; the floor is a native FFI handler that only answers XLA's metadata query.
+
+The launch path is fixed per process (``JARP_LAUNCH``), so the Python path's numbers come from a subprocess
+run with ``JARP_LAUNCH=python`` (``--path python`` runs just that part). Run: ``python benchmarks/bench_launch.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -23,18 +33,26 @@ wp.config.quiet = True
 import _kernels as K  # noqa: E402
 
 import jarp.warp  # noqa: E402
+from jarp.warp import _ffi, _native  # noqa: E402
+
+CHAIN = 201  # launches in the long chain; the short one has 1
+FLOOR_TARGET = "jarp_bench_floor"
 
 
-def median_time(fn, *args, repeat: int = 200, inner: int = 1) -> float:
-    jax.block_until_ready(fn(*args))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+def interleaved(variants: dict, repeat: int) -> dict[str, float]:
+    """Median seconds per call of each ``name: (fn, args)``, one call of each per repeat in rotating order."""
+    names = list(variants)
+    for fn, args in variants.values():
+        jax.block_until_ready(fn(*args))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeat):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            fn, args = variants[name]
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            samples[name].append(time.perf_counter() - t0)
+    return {n: statistics.median(v) for n, v in samples.items()}
 
 
 def chain(k, n_launch):
@@ -46,44 +64,110 @@ def chain(k, n_launch):
     return jax.jit(f)
 
 
-def marginal_launch(warp_k, jarp_k, repeat):
+def floor_kernel():
+    """A kernel-like callable over the floor handler (output aliased to its input), or None without it."""
+    try:
+        native = _native.handler() or _native._build()  # on the Python path, build it just for the floor
+    except Exception:  # no compiler here: no floor
+        return None
+    jax.ffi.register_ffi_target(FLOOR_TARGET, jax.ffi.pycapsule(native.floor_address), platform="cpu")
+
+    def k(x):
+        out = jax.ffi.ffi_call(FLOOR_TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={0: 0})(x)
+        return (out,)
+
+    return k
+
+
+def marginal_launch(kernels: dict, repeat: int) -> dict[str, float]:
+    """Marginal seconds per launch of each kernel: (chain of CHAIN - chain of 1) / (CHAIN - 1), interleaved."""
     x = jnp.ones(8, jnp.float32)
-    res = {}
-    for name, k in (("warp", warp_k), ("jarp", jarp_k)):
-        t1 = median_time(chain(k, 1), x, repeat=repeat)
-        t21 = median_time(chain(k, 21), x, repeat=repeat)
-        res[name] = (t21 - t1) / 20
-    return res
+    variants = {}
+    for name, k in kernels.items():
+        variants[(name, 1)] = (chain(k, 1), (x,))
+        variants[(name, CHAIN)] = (chain(k, CHAIN), (x,))
+    t = interleaved(variants, repeat)
+    return {name: (t[(name, CHAIN)] - t[(name, 1)]) / (CHAIN - 1) for name in kernels}
 
 
 def grad_cost(repeat):
     x = jnp.linspace(0.0, 1.0, 1000, dtype=jnp.float32)
     wk = wp.jax_kernel(K.square, enable_backward=True)
     jk = jarp.warp.jax_kernel(K.square, enable_backward=True)
-    res = {}
-    for name, k in (("warp", wk), ("jarp", jk)):
-        g = jax.jit(jax.grad(lambda x, k=k: jnp.sum(k(x)[0])))
-        res[name] = median_time(g, x, repeat=repeat)
-    res["jnp"] = median_time(jax.jit(jax.grad(lambda x: jnp.sum(x * x))), x, repeat=repeat)
-    return res
+    variants = {
+        name: (jax.jit(jax.grad(lambda x, k=k: jnp.sum(k(x)[0]))), (x,)) for name, k in (("warp", wk), ("jarp", jk))
+    }
+    variants["jnp"] = (jax.jit(jax.grad(lambda x: jnp.sum(x * x))), (x,))
+    variants["jit floor"] = (jax.jit(lambda x: x), (x,))  # the cost of calling any jitted function here
+    return interleaved(variants, repeat)
 
 
 def vmap_cost(repeat):
     x = jnp.ones((16, 1000), jnp.float32)
     wk = wp.jax_kernel(K.axpy)  # Warp default: broadcast_all (folds the batch)
     jk = jarp.warp.jax_kernel(K.axpy)  # jarp default: sequential (correct for any kernel)
-    res = {}
-    for name, k in (("warp broadcast_all", wk), ("jarp sequential", jk)):
-        res[name] = median_time(jax.jit(jax.vmap(lambda x, k=k: k(x)[0])), x, repeat=repeat)
-    return res
+    variants = {
+        name: (jax.jit(jax.vmap(lambda x, k=k: k(x)[0])), (x,))
+        for name, k in (("warp broadcast_all", wk), ("jarp sequential", jk))
+    }
+    return interleaved(variants, repeat)
+
+
+def jnp_chain(n_ops):
+    """A jnp reference for thread scaling: ``n_ops`` elementwise steps XLA cannot fuse into one."""
+
+    def f(x):
+        for _ in range(n_ops):
+            x = jax.lax.optimization_barrier(jnp.sin(x) * 1.0001 + 0.5)
+        return x
+
+    return jax.jit(f)
+
+
+def thread_scaling(threads=(1, 2, 4), n=100_000, launches=20, seconds=1.0, rounds=3) -> dict[str, dict[int, float]]:
+    """Calls/s of ONE jitted chain of ``launches`` jarp launches (n elements each) from 1, 2, 4 Python threads.
+
+    A jitted jnp chain of as many elementwise steps is measured alike, as a control for what the machine
+    allows. Each round runs every (variant, thread count) for ``seconds``, in rotating order; the median
+    throughput per variant and thread count is returned.
+    """
+    x = jnp.ones(n, jnp.float32)
+    fns = {"jarp": chain(jarp.warp.jax_kernel(K.axpy), launches), "jnp": jnp_chain(launches)}
+    for f in fns.values():
+        jax.block_until_ready(f(x))
+    configs = [(name, nt) for name in fns for nt in threads]
+    samples: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    for r in range(rounds):
+        for j in range(len(configs)):
+            name, nt = configs[(r + j) % len(configs)]
+            f = fns[name]
+            counts = [0] * nt
+            stop = threading.Event()
+            start = threading.Barrier(nt + 1)
+
+            def work(i, f=f, counts=counts, stop=stop, start=start):
+                start.wait()
+                while not stop.is_set():
+                    jax.block_until_ready(f(x))
+                    counts[i] += 1
+
+            pool = [threading.Thread(target=work, args=(i,)) for i in range(nt)]
+            for th in pool:
+                th.start()
+            start.wait()
+            t0 = time.perf_counter()
+            time.sleep(seconds)
+            stop.set()
+            for th in pool:
+                th.join()
+            samples[(name, nt)].append(sum(counts) / (time.perf_counter() - t0))
+    return {name: {nt: statistics.median(samples[(name, nt)]) for nt in threads} for name in fns}
 
 
 def large_cost(repeat):
     x = jnp.ones(1_000_000, jnp.float32)
-    res = {}
-    for name, k in (("warp", wp.jax_kernel(K.axpy)), ("jarp", jarp.warp.jax_kernel(K.axpy))):
-        res[name] = median_time(jax.jit(lambda x, k=k: k(x)[0]), x, repeat=repeat)
-    return res
+    kernels = (("warp", wp.jax_kernel(K.axpy)), ("jarp", jarp.warp.jax_kernel(K.axpy)))
+    return interleaved({name: (jax.jit(lambda x, k=k: k(x)[0]), (x,)) for name, k in kernels}, repeat)
 
 
 def trace_memory(n_traces):
@@ -103,20 +187,78 @@ def trace_memory(n_traces):
     return res
 
 
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def python_path_part(repeat: int, threads: bool) -> dict:
+    """The measurements that depend on the launch path: marginal launch (floor, jarp, Warp) and thread scaling."""
+    kernels = {"warp": wp.jax_kernel(K.axpy), "jarp": jarp.warp.jax_kernel(K.axpy)}
+    floor = floor_kernel()
+    if floor is not None:
+        kernels["floor"] = floor
+    m = marginal_launch(kernels, repeat)
+    res = {"path": _ffi.launch_path(), "marginal": m}
+    if threads:
+        res["threads"] = thread_scaling()
+    return res
+
+
+def report_path(res: dict, label: str) -> None:
+    m, path = res["marginal"], res["path"]
+    floor = m.get("floor")
+    floor_text = f"floor {floor * 1e6:.3f} us, " if floor is not None else ""
+    print(
+        f"[{label}: {path}] marginal launch (chain of {CHAIN} - chain of 1, n=8, interleaved): {floor_text}"
+        f"jarp {m['jarp'] * 1e6:.3f} us, warp {m['warp'] * 1e6:.2f} us; jarp/warp {m['jarp'] / m['warp']:.4f}"
+        + (f", jarp/floor {m['jarp'] / floor:.2f}" if floor else "")
+    )
+    for name, t in res.get("threads", {}).items():
+        scaling = ", ".join(f"{nt} thr {v:.0f}/s (x{v / t[1]:.2f})" for nt, v in t.items())
+        what = "20 launches" if name == "jarp" else "20 jnp steps (control)"
+        print(f"[{label}: {path}] thread scaling, one jitted chain of {what} at n=1e5: {scaling}")
+
+
+def python_subprocess(repeat: int, threads: bool) -> dict | None:
+    """Run ``--path python`` in a subprocess with JARP_LAUNCH=python; its result, or None if it failed."""
+    cmd = [sys.executable, __file__, "--path", "python", "--repeat", str(repeat)]
+    if not threads:
+        cmd.append("--no-threads")
+    proc = subprocess.run(cmd, env=dict(os.environ, JARP_LAUNCH="python"), capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[len("RESULT ") :])
+            res["threads"] = {name: {int(k): v for k, v in t.items()} for name, t in res.get("threads", {}).items()}
+            return res
+    print(f"the JARP_LAUNCH=python subprocess failed:\n{proc.stderr[-2000:]}")
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--path", choices=("all", "python"), default="all", help="python: only the launch-path part")
+    parser.add_argument("--no-threads", action="store_true", help="skip the thread-scaling measurement")
     args = parser.parse_args()
     r = args.repeat
-    m = marginal_launch(wp.jax_kernel(K.axpy), jarp.warp.jax_kernel(K.axpy), r)
+    threads = not args.no_threads
+    if args.path == "python":  # the subprocess: JARP_LAUNCH=python is set by the caller
+        res = python_path_part(r, threads)
+        print("RESULT " + json.dumps(res))
+        return
     print(
-        f"marginal launch (chain of 20, n=8): warp {m['warp'] * 1e6:.2f} us, jarp {m['jarp'] * 1e6:.2f} us, "
-        f"ratio {m['jarp'] / m['warp']:.3f} (target <= 0.333, aim 0.1)"
+        f"load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs"
+    )
+    native = python_path_part(r, threads)
+    m = native["marginal"]
+    print(
+        f"marginal launch (chain of {CHAIN}, n=8): warp {m['warp'] * 1e6:.2f} us, jarp {m['jarp'] * 1e6:.3f} us, "
+        f"ratio {m['jarp'] / m['warp']:.4f} (target <= 0.333, aim 0.1)"
     )
     g = grad_cost(r)
     print(
         f"grad n=1000: warp {g['warp'] * 1e6:.1f} us, jarp {g['jarp'] * 1e6:.1f} us, jnp {g['jnp'] * 1e6:.1f} us, "
-        f"ratio {g['jarp'] / g['warp']:.3f} (target <= 0.5, aim 0.2)"
+        f"jitted identity {g['jit floor'] * 1e6:.1f} us, ratio {g['jarp'] / g['warp']:.3f} (target <= 0.5, aim 0.2)"
     )
     v = vmap_cost(r)
     print(
@@ -134,6 +276,34 @@ def main() -> None:
         f"400 fresh traces: warp {mem['warp'] / 1e3:.1f} kB, jarp {mem['jarp'] / 1e3:.1f} kB retained "
         "(target jarp < 150 kB)"
     )
+
+    print("\nissue 11 (native launch path); the machine has 2 cores shared with other jobs, see the load above")
+    report_path(native, "this process")
+    py = python_subprocess(r, threads)
+    if py is not None:
+        report_path(py, "subprocess")
+        print(f"python path / native path, marginal launch: {py['marginal']['jarp'] / m['jarp']:.1f}x (two processes)")
+    if "floor" in m:
+        ratio = m["jarp"] / m["floor"]
+        print(f"{verdict(ratio <= 5)} (1a) jarp marginal launch <= 5x the floor handler's: {ratio:.2f}x")
+    else:
+        print("FAIL (1a) no floor handler (the native handler did not build)")
+    ratio = m["jarp"] / m["warp"]
+    print(f"{verdict(ratio <= 1 / 40)} (1b) jarp marginal launch <= 1/40 of Warp's: {ratio:.4f} (1/{1 / ratio:.0f})")
+    ratio = g["jarp"] / g["warp"]
+    print(f"{verdict(ratio <= 0.1)} (2) grad n=1000 <= 1/10 of Warp's: {ratio:.3f}")
+    ratio = v["jarp sequential"] / v["warp broadcast_all"]
+    print(f"{verdict(ratio <= 0.5)} (3) vmap 16x1000 <= 1/2 of Warp's broadcast_all: {ratio:.3f}")
+    if threads:
+
+        def scaling(t):
+            return ", ".join(f"{nt} threads x{v / t[1]:.2f}" for nt, v in t.items())
+
+        line = f"(4) thread scaling, throughput vs 1 thread: native {scaling(native['threads']['jarp'])}"
+        if py is not None and py.get("threads"):
+            line += f"; Python path {scaling(py['threads']['jarp'])}"
+        line += f"; jnp control {scaling(native['threads']['jnp'])}"
+        print(line + f" (at most x{os.cpu_count()} on {os.cpu_count()} cores, less under other load)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ before JAX starts); the same code runs on several GPUs.
 from __future__ import annotations
 
 import os
-import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
@@ -66,7 +65,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter teardown: destroying a multi-device CPU client after Python FFI callbacks ran on its
-    # worker threads hangs now and then (about 1 run in 20 on our 2-core machine; see docs/multi-device.md).
-    sys.stdout.flush()
-    os._exit(0)
