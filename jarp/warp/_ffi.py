@@ -536,6 +536,11 @@ class _CpuKernelExecutor(_KernelExecutor):
 
 
 class _CudaKernelExecutor(_KernelExecutor):
+    def __init__(self, plan: Plan, device: Any) -> None:
+        super().__init__(plan, device)
+        if not self.empty:  # as wp.launch checks the grid before it launches (once here: the dims are the plan's)
+            _internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
+
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
         # The same parameters, in the same order, as `run` passes through `_internals.cuda_launch`.
         params = [(2, 0)]  # the launch bounds

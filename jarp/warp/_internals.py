@@ -24,8 +24,11 @@ from warp._src.codegen import _TID_MAX_EXTENT as TID_MAX_EXTENT
 from warp._src.codegen import Struct as _Struct
 from warp._src.context import (
     _build_kernel_launch_bounds,
+    _cuda_grid_blocks,
+    _lean_grid_max_blocks,
     _raise_cuda_launch_error,
     _resolve_launch_block_dim,
+    _validate_cluster_launch,
     _validate_cuda_arch_suffix,
 )
 from warp._src.types import array_t as ArrayStruct
@@ -34,6 +37,7 @@ __all__ = [
     "TID_MAX_EXTENT",
     "ArrayStruct",
     "EntryPoints",
+    "check_cuda_grid",
     "compile_aot_variant",
     "compile_cpu_object",
     "contiguous_array",
@@ -250,6 +254,27 @@ def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -
     """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``."""
     if not runtime_core().wp_memset_device(device.context, ptr, 0, nbytes, ctypes.c_void_p(stream)):
         raise RuntimeError(f"Warp failed to zero {nbytes} bytes on {device}")
+
+
+def check_cuda_grid(kernel: wp.Kernel, entry: EntryPoints, size: int) -> None:
+    """Make the checks of a CUDA launch grid that ``wp.launch`` makes before it calls ``wp_cuda_launch_kernel``.
+
+    jarp's launch dims are fixed per plan, so these run once, when a (plan, device) is prepared; ``size``
+    is the launch's thread count (not zero: an empty grid launches nothing).
+
+    Raises:
+        ValueError: if the kernel is clustered and the block count ``ceil(size / block_dim)`` is not a
+            multiple of its ``cluster_dim`` (Warp's message): the padding blocks would skip the kernel body
+            and leave cluster barriers waiting for them.
+        RuntimeError: if a kernel without a grid-stride loop needs more blocks than the lean 3D grid holds.
+    """
+    _validate_cluster_launch(entry.cluster_dim, size, entry.block_dim, 0)
+    if not kernel.grid_stride and _cuda_grid_blocks(size, entry.block_dim) > _lean_grid_max_blocks(entry.block_dim):
+        raise RuntimeError(
+            f"Kernel '{kernel.key}' was launched with dim.size={size} (block_dim={entry.block_dim}), exceeding the "
+            f"lean 3D grid capacity of {_lean_grid_max_blocks(entry.block_dim) * entry.block_dim} work items. Use "
+            "@wp.kernel(grid_stride=True) to launch dimensions this large."
+        )
 
 
 def cuda_launch(

@@ -338,10 +338,20 @@ class NativeHandler:
         """A handler that only answers XLA's metadata query: the cost floor of any native FFI handler."""
         return self._symbols["jarp_floor_handler"]
 
-    def configure(self, session: int, slow: dict[tuple[str, bool], int]) -> None:
-        """Set the session token and the Python callbacks (keyed like the handlers); call before registering."""
+    def configure(self, session: int, slow: dict[tuple[str, bool], int], cuda: tuple[int, int] | None = None) -> None:
+        """Set the session token and the Python callbacks (keyed like the handlers); call before registering.
+
+        Args:
+            session: this process's session token (the ``session`` attribute of jarp's calls).
+            slow: the address of the Python callback for each ``(platform, graph)``, as the handlers are keyed.
+            cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel`` and
+                ``wp_memset_device``, which the CUDA handlers call; None (the default) for Warp's own where
+                CUDA is available (and none otherwise: no CUDA frame can reach the handler then).
+        """
         cuda_launch = cuda_memset = 0
-        if wp.is_cuda_available():
+        if cuda is not None:
+            cuda_launch, cuda_memset = cuda
+        elif wp.is_cuda_available():
             cuda_launch, cuda_memset = _internals.cuda_launch_address(), _internals.cuda_memset_address()
         self._configure(
             int(session),
@@ -407,7 +417,13 @@ def _cache_key(source: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _build() -> NativeHandler:
+def _build(name: str | None = None) -> NativeHandler:
+    """Compile the handler (unless its object file is cached) and load it into Warp's LLVM JIT.
+
+    Args:
+        name: the JIT module to load it as (default: one per cache key). Each name is a separate copy
+            with its own table and configuration (tests drive such a copy with fake XLA and CUDA functions).
+    """
     _internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
     source = _SOURCE.read_text()
     key = _cache_key(source)
@@ -425,7 +441,7 @@ def _build() -> NativeHandler:
                 os.replace(partial, obj)
             finally:
                 partial.unlink(missing_ok=True)
-    lookup = _internals.load_cpu_object(str(obj), f"jarp_native_{key}")
+    lookup = _internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
     return NativeHandler(lookup, obj)
 
 

@@ -96,16 +96,17 @@ def test_kernel_errors_name_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("launch failed")
 
     # A plan's executor is prepared by Python at its first call on a device (on both launch paths);
-    # a failure there is the error a kernel call can raise. Fresh shapes make fresh plans.
+    # a failure there is the error a kernel call can raise. Fresh shapes make fresh plans (sizes no other test
+    # uses: an earlier test's plan of the same shape would already have its executor).
     monkeypatch.setattr(_ffi._CpuKernelExecutor, "__init__", failing_prepare)
-    y = jnp.arange(5, dtype=jnp.float32)
+    y = jnp.arange(23, dtype=jnp.float32)
     with pytest.raises(RuntimeError, match="launch failed") as info:
         m(y)
     assert "(raised inside jax_kernel(triple_kernel))" in info.value.__notes__
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"jax_kernel\(triple_kernel\) raised RuntimeError"):
-        jax.jit(lambda x: m(x)[0] + 1)(jnp.arange(4, dtype=jnp.float32)).block_until_ready()
+        jax.jit(lambda x: m(x)[0] + 1)(jnp.arange(29, dtype=jnp.float32)).block_until_ready()
     monkeypatch.undo()
-    np.testing.assert_allclose(m(y)[0], 3 * np.arange(5))  # a failed preparation is not cached
+    np.testing.assert_allclose(m(y)[0], 3 * np.arange(23))  # a failed preparation is not cached
     np.testing.assert_allclose(m(x)[0], 3 * np.arange(3))
 
 

@@ -5,6 +5,9 @@ These fail loudly after a Warp or jaxlib upgrade that moves them, pointing at
 modules to update.
 """
 
+from types import SimpleNamespace
+
+import pytest
 import warp as wp
 
 from jarp.warp import _internals, _jax_internals, _xla_ffi
@@ -32,6 +35,21 @@ def test_entry_points_load_on_cpu():
     assert entry.forward != 0
     assert entry.backward != 0  # modules are built with backward by default
     assert entry.block_dim == 1
+
+
+def test_cuda_grid_checks_are_the_ones_wp_launch_makes():
+    lean_kernel = SimpleNamespace(key="lean", grid_stride=False)  # what launches read of a loaded kernel
+    entry = SimpleNamespace(block_dim=256, cluster_dim=1)
+    capacity = ((1 << 24) // 256) * 65535 * 65535 * 256  # threads the lean 3D grid holds at 256 a block
+    _internals.check_cuda_grid(lean_kernel, entry, capacity)
+    with pytest.raises(RuntimeError, match=r"Kernel 'lean' .* exceeding the lean 3D grid capacity"):
+        _internals.check_cuda_grid(lean_kernel, entry, capacity + 1)
+    _internals.check_cuda_grid(SimpleNamespace(key="loop", grid_stride=True), entry, capacity + 1)
+    clustered = SimpleNamespace(block_dim=4, cluster_dim=2)
+    _internals.check_cuda_grid(k.triple_kernel, clustered, 8)  # 2 blocks: one cluster
+    _internals.check_cuda_grid(k.triple_kernel, clustered, 13)  # 4 blocks, the last one partly used
+    with pytest.raises(ValueError, match=r"got 3 blocks \(dim=9, block_dim=4\) for cluster_dim=2"):
+        _internals.check_cuda_grid(k.triple_kernel, clustered, 9)
 
 
 # -- inspection --

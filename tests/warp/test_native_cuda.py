@@ -1,0 +1,586 @@
+"""The CUDA branch of the native handler (``jarp_handler_cuda`` in ``_native_handler.cpp``), without a GPU.
+
+XLA never calls the CUDA handler on a machine without a GPU, so these tests call the compiled symbol
+directly: with a call frame built by hand from `_xla_ffi`'s ctypes declarations, a fake ``XLA_FFI_Api``
+(its ``DeviceOrdinal_Get``, ``Stream_Get`` and ``Error_Create`` are Python callbacks) and fake CUDA
+functions with the exact signatures Warp declares for ``wp_cuda_launch_kernel`` and ``wp_memset_device``.
+The descriptors are the real ones: `_ffi._CudaKernelExecutor` prepares real plans, with only Warp's module
+loading faked (a made-up context, CUfunctions, block, cluster and shared-memory sizes).
+
+The handler under test is a private copy of the compiled object, loaded into Warp's JIT under another
+name: its table and configuration are its own, so the process's registered handler is never touched
+(checked below). The copy is built whatever ``JARP_LAUNCH`` says, so the file runs the same on both
+launch paths; it is not marked ``launch_paths`` because a second run would test nothing new.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import re
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+
+from jarp.warp import _ffi, _internals, _native, _xla_ffi, jax_kernel
+from jarp.warp._plans import Plan, registry
+
+from . import kernels as k
+
+_P = ctypes.c_void_p
+CONTEXT = 0xC0C0_0000_0000  # the CUcontext of the fake device
+FORWARD, BACKWARD = 0xF0F0_0000_0000, 0xB0B0_0000_0000  # the fake CUfunctions
+STREAM = 0x5EA4_0000_0000  # what Stream_Get answers
+XLA_CTX = 0xC7C7_0000_0000  # the frame's execution context
+ERROR = 0xE550_0000  # what Error_Create returns
+SLOW = 0x5100_0000  # what every slow-path callback returns
+SMEM = {False: 48, True: 96}  # shared-memory bytes of the fake forward / backward entry points
+CLUSTER = 2
+TOKEN = 0x1234_5678_9ABC  # the session token the copy is configured with
+ARG_BASE, RET_BASE = 0x1000_0000_0000, 0x9000_0000_0000  # fake buffer addresses (never dereferenced)
+
+
+def _address(fn: Any) -> int:
+    return ctypes.cast(fn, _P).value or 0
+
+
+class FakeXla:
+    """A fake ``XLA_FFI_Api``: records the calls of its three functions the handler makes."""
+
+    def __init__(self) -> None:
+        self.ordinal = 0
+        self.calls: list[tuple[str, int, int]] = []  # (function, struct_size, ctx)
+        self.errors: list[tuple[int, str]] = []  # (code, message) of each Error_Create
+        self._keep = [
+            _xla_ffi.ErrorCreate(self._error_create),
+            _xla_ffi.StreamGet(self._stream_get),
+            _xla_ffi.DeviceOrdinalGet(self._ordinal_get),
+        ]
+        self.api = _xla_ffi._Api()
+        self.api.struct_size = ctypes.sizeof(_xla_ffi._Api)
+        self.api.Error_Create, self.api.Stream_Get, self.api.DeviceOrdinal_Get = map(_address, self._keep)
+
+    def reset(self) -> None:
+        self.ordinal = 0
+        self.calls.clear()
+        self.errors.clear()
+
+    def _error_create(self, args: Any) -> int:
+        a = args.contents
+        self.calls.append(("Error_Create", a.struct_size, 0))
+        self.errors.append((a.errc, a.message.decode()))
+        return ERROR
+
+    def _stream_get(self, args: Any) -> int | None:
+        a = args.contents
+        self.calls.append(("Stream_Get", a.struct_size, a.ctx or 0))
+        a.stream = STREAM
+        return None
+
+    def _ordinal_get(self, args: Any) -> int | None:
+        a = args.contents
+        self.calls.append(("DeviceOrdinal_Get", a.struct_size, a.ctx or 0))
+        a.device_ordinal = self.ordinal
+        return None
+
+
+class FakeCuda:
+    """Fake ``wp_cuda_launch_kernel`` and ``wp_memset_device``, typed exactly as Warp declares them.
+
+    A launch records its arguments and, as ``cuLaunchKernel`` copies them at launch, the bytes of each
+    kernel parameter read through the params array (``sizes`` says how many bytes each one has).
+    """
+
+    def __init__(self) -> None:
+        core = _internals.runtime_core()
+        launch, memset = core.wp_cuda_launch_kernel, core.wp_memset_device
+        assert len(launch.argtypes) == 11
+        assert len(memset.argtypes) == 5
+        self.launch = ctypes.CFUNCTYPE(launch.restype, *launch.argtypes)(self._launch)
+        self.memset = ctypes.CFUNCTYPE(memset.restype, *memset.argtypes)(self._memset)
+        self.sizes: list[int] = []
+        self.launches: list[dict[str, Any]] = []
+        self.memsets: list[tuple[int, int, int, int, int]] = []
+        self.order: list[str] = []  # "memset" / "launch", as called
+        self.launch_result = 0
+        self.memset_result = True
+
+    def reset(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.launches.clear()
+        self.memsets.clear()
+        self.order.clear()
+        self.launch_result, self.memset_result = 0, True
+
+    def _launch(self, *a: Any) -> int:
+        context, fn, dim, max_blocks, block_dim, grid_stride, cluster_dim, smem, params, stream, info = a
+        self.order.append("launch")
+        pointers = [params[i] or 0 for i in range(len(self.sizes))]
+        self.launches.append(
+            {
+                "args": (context or 0, fn or 0, dim, max_blocks, block_dim, grid_stride, cluster_dim, smem),
+                "stream": stream or 0,
+                "info": info or 0,
+                "params": [ctypes.string_at(p, n) for p, n in zip(pointers, self.sizes, strict=True)],
+            }
+        )
+        return self.launch_result
+
+    def _memset(self, context: int | None, ptr: int | None, value: int, nbytes: int, stream: int | None) -> bool:
+        self.order.append("memset")
+        self.memsets.append((context or 0, ptr or 0, value, nbytes, stream or 0))
+        return self.memset_result
+
+
+class Env:
+    """A private copy of the handler, configured with the fakes and recording slow-path callbacks."""
+
+    def __init__(self, handler: _native.NativeHandler) -> None:
+        self.handler = handler
+        self.xla = FakeXla()
+        self.cuda = FakeCuda()
+        self.slow_calls: list[tuple[str, bool, int]] = []
+        slow_type = ctypes.CFUNCTYPE(_P, _P)
+        self._slow = {key: slow_type(self._recorder(key)) for key in itertools.product(("cpu", "CUDA"), (True, False))}
+        handler.configure(
+            TOKEN,
+            {key: _address(cb) for key, cb in self._slow.items()},
+            cuda=(_address(self.cuda.launch), _address(self.cuda.memset)),
+        )
+        self.calls = {graph: ctypes.CFUNCTYPE(_P, _P)(handler.address("CUDA", graph)) for graph in (True, False)}
+
+    def _recorder(self, key: tuple[str, bool]) -> Callable[[int], int]:
+        def slow(frame: int) -> int:
+            self.slow_calls.append((*key, frame))
+            return SLOW
+
+        return slow
+
+    def reset(self, sizes: list[int] | None = None) -> None:
+        self.xla.reset()
+        self.cuda.reset(sizes or [])
+        self.slow_calls.clear()
+
+    def call(self, frame: Frame, graph: bool = True) -> int:
+        return self.calls[graph](ctypes.addressof(frame.frame)) or 0
+
+
+@pytest.fixture(scope="module")
+def env() -> Env:
+    handler = _native._build(name=f"jarp_native_test_cuda_{id(Env)}")
+    return Env(handler)
+
+
+@pytest.fixture
+def fresh(env: Env) -> Env:
+    env.reset()
+    return env
+
+
+class Frame:
+    """An ``XLA_FFI_CallFrame`` built by hand for a plan's buffers (with fake data pointers)."""
+
+    def __init__(
+        self,
+        xla: FakeXla,
+        args: list[tuple[Any, tuple[int, ...]]],
+        rets: list[tuple[Any, tuple[int, ...]]],
+        handle: int,
+        session: int = TOKEN,
+        names: tuple[str, str] = ("plan", "session"),
+    ) -> None:
+        self._keep: list[Any] = []
+        f = _xla_ffi._CallFrame()
+        f.struct_size = ctypes.sizeof(_xla_ffi._CallFrame)
+        f.api = ctypes.addressof(xla.api)
+        f.ctx = XLA_CTX
+        f.stage = 3  # execute
+        self.arg_ptrs = [ARG_BASE + i * 0x1_0000_0000 for i in range(len(args))]
+        self.ret_ptrs = [RET_BASE + j * 0x1_0000_0000 for j in range(len(rets))]
+        for side, buffers, ptrs in ((f.args, args, self.arg_ptrs), (f.rets, rets, self.ret_ptrs)):
+            side.struct_size = ctypes.sizeof(_xla_ffi._Args)
+            side.size = len(buffers)
+            side.types = self._own((ctypes.c_int * max(len(buffers), 1))(*[1] * len(buffers)))  # BUFFER
+            items = [self._buffer(dtype, dims, ptr) for (dtype, dims), ptr in zip(buffers, ptrs, strict=True)]
+            side.args = self._own((_P * max(len(items), 1))(*items))
+        f.attrs.struct_size = ctypes.sizeof(_xla_ffi._Attrs)
+        f.attrs.size = 2
+        f.attrs.types = self._own((ctypes.c_int * 2)(int(_xla_ffi.AttrType.SCALAR), int(_xla_ffi.AttrType.SCALAR)))
+        f.attrs.names = self._own((_P * 2)(*[self._name(n) for n in names]))
+        f.attrs.attrs = self._own((_P * 2)(self._scalar(handle), self._scalar(session)))
+        self.frame = f
+
+    def _own(self, obj: Any) -> int:
+        self._keep.append(obj)
+        return ctypes.addressof(obj)
+
+    def _buffer(self, dtype: Any, dims: tuple[int, ...], data: int) -> int:
+        b = _xla_ffi._Buffer()
+        b.struct_size = ctypes.sizeof(_xla_ffi._Buffer)
+        b.dtype = _xla_ffi.dtype_code(np.dtype(dtype))
+        b.data = data
+        b.rank = len(dims)
+        b.dims = self._own((ctypes.c_int64 * max(len(dims), 1))(*dims))
+        return self._own(b)
+
+    def _name(self, name: str) -> int:
+        raw = ctypes.create_string_buffer(name.encode())
+        return self._own(_xla_ffi._ByteSpan(self._own(raw), len(name)))
+
+    def _scalar(self, value: int) -> int:
+        return self._own(_xla_ffi._Scalar(int(_xla_ffi.DataType.S64), self._own(ctypes.c_int64(value))))
+
+
+# ---- plans and their CUDA executors ----
+
+_sss = jax_kernel(k.scale_sum_square, enable_backward=True)
+_x9 = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32)
+_xs = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+_w4 = jnp.linspace(0.5, 2.0, 4, dtype=jnp.float32)
+
+
+def _plan(fn: Callable[..., Any], *args: Any, adjoint: bool = False) -> tuple[int, Plan]:
+    """The (handle, plan) of the kernel call ``jax.jit(fn)`` lowers to (the adjoint one if asked)."""
+    text = jax.jit(fn).lower(*args).as_text()
+    found = [(h, registry.plan(h)) for h in map(int, re.findall(r"plan = (\d+)", text))]
+    found = [(h, p) for h, p in found if p.adjoint == adjoint]
+    assert len(found) == 1, found
+    return found[0]
+
+
+PLANS: dict[str, Callable[[], tuple[int, Plan]]] = {
+    "forward": lambda: _plan(lambda x: jax_kernel(k.triple_kernel)(x)[0], _x9),
+    "adjoint": lambda: _plan(jax.grad(lambda x: jnp.sum(_sss(x, x, 2.0)[0])), _x9, adjoint=True),
+    "batched forward, one operand unbatched": lambda: _plan(jax.vmap(lambda r: _sss(r, _w4, 2.0)[0]), _xs),
+    "batched adjoint (vmap of grad)": lambda: _plan(
+        jax.vmap(jax.grad(lambda r: jnp.sum(_sss(r, r, 2.0)[0]))), _xs, adjoint=True
+    ),
+    "zero-filled result": lambda: _plan(
+        lambda w: jax_kernel(k.scatter_add_kernel, launch_dims=4, output_dims={"out": 3})(
+            jnp.array([0, 2, 2, 1], jnp.int32), w
+        )[0],
+        _w4,
+    ),
+}
+
+
+class FakeDevice:
+    context = CONTEXT
+    ordinal = 0
+
+    def __str__(self) -> str:
+        return "cuda:0"
+
+
+def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int = CLUSTER) -> Any:
+    """A real `_ffi._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
+    size = math.prod(plan.launch_dims)
+    device = FakeDevice()
+    entry = SimpleNamespace(
+        device=device,
+        module_exec=None,
+        hooks=SimpleNamespace(forward=FORWARD, backward=BACKWARD),
+        forward=FORWARD,
+        backward=BACKWARD,
+        block_dim=max(1, -(-size // cluster_dim)),  # a whole number of clusters, as Warp requires
+        cluster_dim=cluster_dim,
+        forward_smem=SMEM[False],
+        backward_smem=SMEM[True],
+    )
+    loads = []
+
+    def load_entry_points(kernel: Any, dev: Any, block_dim: int | None = None) -> Any:
+        loads.append((kernel, dev, block_dim))
+        real(kernel, wp.get_device("cpu"))  # builds the module, which resolves the kernel's grid_stride
+        return entry
+
+    real = _internals.load_entry_points
+
+    monkeypatch.setattr(_internals, "load_entry_points", load_entry_points)
+    executor = _ffi._CudaKernelExecutor(plan, device)
+    assert loads == [(plan.target, device, plan.block_dim)]
+    return executor
+
+
+def _frame(env: Env, handle: int, plan: Plan, **kwargs: Any) -> Frame:
+    args = [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)]
+    rets = [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)]
+    return Frame(env.xla, args, rets, handle, **kwargs)
+
+
+def _param_sizes(plan: Plan, bounds: Any) -> list[int]:
+    """The bytes of each kernel parameter: the bounds, then each parameter per argument block (Warp's types)."""
+    sizes = []
+    for _, t in _internals.kernel_params(plan.target):
+        sizes.append(ctypes.sizeof(_internals.ArrayStruct) if hasattr(t, "ndim") else ctypes.sizeof(t._type_))
+    return [ctypes.sizeof(bounds)] + sizes * (2 if plan.adjoint else 1)
+
+
+def _expected_params(plan: Plan, frame: Frame, s: int) -> list[Any]:
+    """What each kernel parameter must hold in batch slice ``s``, from the plan's bindings and the frame."""
+
+    def pointer(binding: Any) -> int:
+        if binding.source == "operand":
+            batched = any(plan.operand_batch[binding.index])
+            return frame.arg_ptrs[binding.index] + (s * plan.operands[binding.index].nbytes if batched else 0)
+        assert binding.source == "result"
+        return frame.ret_ptrs[binding.index] + s * plan.results[binding.index].nbytes
+
+    expected: list[Any] = [("bounds", tuple(plan.launch_dims))]
+    for block in range(2 if plan.adjoint else 1):
+        for param in plan.params:
+            binding = param.primal if block == 0 else param.adjoint
+            if param.spec.is_array:
+                grad = pointer(param.adjoint) if block == 0 and plan.adjoint else 0
+                buf = (plan.operands if binding.source == "operand" else plan.results)[binding.index]
+                expected.append(("array", pointer(binding), grad, buf.shape, buf.dtype.itemsize))
+            else:
+                expected.append(("value", binding.value))
+    return expected
+
+
+def _decode(raw: list[bytes], expected: list[Any], bounds_type: Any) -> list[Any]:
+    """The parameter bytes a launch read, decoded as what ``expected`` says each one is."""
+    out: list[Any] = []
+    for data, want in zip(raw, expected, strict=True):
+        if want[0] == "bounds":
+            b = bounds_type.from_buffer_copy(data)
+            assert b.size == math.prod(want[1])
+            out.append(("bounds", tuple(b.shape)))
+        elif want[0] == "array":
+            a = _internals.ArrayStruct.from_buffer_copy(data)
+            shape = tuple(a.shape[: a.ndim])
+            out.append(("array", a.data, a.grad, shape, a.strides[a.ndim - 1]))
+        else:
+            out.append(("value", float(np.frombuffer(data, np.float32)[0])))
+    return out
+
+
+@pytest.mark.parametrize("case", list(PLANS))
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_published_cuda_plan_launches_exactly_as_warp_would(
+    case: str, graph: bool, env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle, plan = PLANS[case]()
+    executor = _cuda_executor(plan, monkeypatch)
+    descriptor = executor.describe()
+    assert descriptor is not None
+    assert env.handler.publish(handle, 1, descriptor)  # slot 1: CUDA ordinal 0
+    frame = _frame(env, handle, plan)
+    bounds_type = type(executor.bounds)
+    env.reset(_param_sizes(plan, bounds_type))
+
+    assert env.call(frame, graph) == 0
+    assert env.slow_calls == []
+    nslices = math.prod(plan.batch_shape)
+    assert (nslices > 1) == ("batched" in case)
+    # the ordinal, then the stream, each asked once of the frame's context
+    assert env.xla.calls == [
+        ("DeviceOrdinal_Get", _xla_ffi.DeviceOrdinalGetArgs.device_ordinal.offset + 4, XLA_CTX),
+        ("Stream_Get", ctypes.sizeof(_xla_ffi.StreamGetArgs), XLA_CTX),
+    ]
+    # zero-filled results: the whole buffer (every slice), on the stream, before any launch
+    zeroed = [(CONTEXT, frame.ret_ptrs[j], 0, plan.results[j].nbytes * nslices, STREAM) for j in plan.zero_results]
+    assert env.cuda.memsets == zeroed
+    if "zero" in case:
+        assert zeroed
+    assert env.cuda.order == ["memset"] * len(zeroed) + ["launch"] * nslices
+    adjoint = plan.adjoint
+    block_dim = executor.entry.block_dim
+    assert [launch["args"] for launch in env.cuda.launches] == [
+        (
+            CONTEXT,
+            BACKWARD if adjoint else FORWARD,
+            math.prod(plan.launch_dims),
+            0,  # max_blocks
+            block_dim,
+            int(plan.target.grid_stride),
+            CLUSTER,
+            SMEM[adjoint],
+        )
+    ] * nslices
+    assert all(launch["stream"] == STREAM and launch["info"] == 0 for launch in env.cuda.launches)
+    for s, launch in enumerate(env.cuda.launches):
+        expected = _expected_params(plan, frame, s)
+        assert _decode(launch["params"], expected, bounds_type) == expected, f"slice {s}"
+
+    # The Python path's launch (_CudaKernelExecutor.run through _internals.cuda_launch and cuda_memset,
+    # as the CUDA callback runs it) calls Warp's functions with the same arguments and parameter values.
+    native = (list(env.cuda.memsets), [dict(launch) for launch in env.cuda.launches])
+    env.reset(_param_sizes(plan, bounds_type))
+    fake_core = SimpleNamespace(wp_cuda_launch_kernel=env.cuda.launch, wp_memset_device=env.cuda.memset)
+    monkeypatch.setattr(_internals, "runtime_core", lambda: fake_core)
+    executor.run(ctypes.addressof(frame.frame))
+    assert (env.cuda.memsets, env.cuda.launches) == native
+
+
+def test_the_zero_fill_of_an_empty_launch_grid_still_runs(fresh: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    scatter = jax_kernel(k.scatter_add_kernel, launch_dims=0, output_dims={"out": 3})
+    handle, plan = _plan(lambda w: scatter(jnp.zeros(0, jnp.int32), w)[0], jnp.zeros(0, jnp.float32))
+    executor = _cuda_executor(plan, monkeypatch)
+    assert executor.empty
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    frame = _frame(fresh, handle, plan)
+    assert fresh.call(frame) == 0
+    assert fresh.cuda.memsets == [(CONTEXT, frame.ret_ptrs[0], 0, 12, STREAM)]
+    assert fresh.cuda.launches == []
+    assert fresh.slow_calls == []
+
+
+@pytest.mark.parametrize("what", ["launch", "memset"])
+def test_a_failed_launch_or_memset_is_an_xla_error_with_the_descriptors_message(
+    what: str, fresh: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle, plan = (
+        PLANS["batched forward, one operand unbatched"]() if what == "launch" else PLANS["zero-filled result"]()
+    )
+    executor = _cuda_executor(plan, monkeypatch)
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    frame = _frame(fresh, handle, plan)
+    fresh.reset(_param_sizes(plan, type(executor.bounds)))
+    if what == "launch":
+        fresh.cuda.launch_result = 1  # any nonzero CUresult
+    else:
+        fresh.cuda.memset_result = False
+    assert fresh.call(frame) == ERROR
+    message = f"jarp: Warp failed to launch kernel {plan.target.key!r} on cuda:0 (native launch)"
+    assert fresh.xla.errors == [(int(_xla_ffi.ErrorCode.INTERNAL), message)]
+    assert fresh.xla.calls[-1] == ("Error_Create", _xla_ffi.ErrorCreateArgs.errc.offset + 4, 0)
+    # the first failure ends the call: one launch of three slices, or no launch after a failed memset
+    assert len(fresh.cuda.launches) == (1 if what == "launch" else 0)
+    assert fresh.slow_calls == []
+
+
+MISMATCHES = [
+    "device ordinal 16",
+    "device ordinal -1",
+    "an ordinal with no descriptor",
+    "another session token",
+    "an attribute named otherwise",
+    "attributes in another order",
+    "an operand of other dims",
+    "an operand of another dtype",
+    "a missing result",
+    "a plan handle with no descriptor",
+]
+
+
+def _mismatches(plan: Plan) -> dict[str, dict[str, Any]]:
+    """How each case of `MISMATCHES` changes the frame of a call of ``plan``."""
+    args = [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)]
+    rets = [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)]
+    longer = [(args[0][0], (args[0][1][0] + 1,)), *args[1:]]
+    return {
+        "device ordinal 16": {"ordinal": 16},
+        "device ordinal -1": {"ordinal": -1},
+        "an ordinal with no descriptor": {"ordinal": 1},
+        "another session token": {"session": TOKEN + 1},
+        "an attribute named otherwise": {"names": ("plan", "sessions")},
+        "attributes in another order": {"names": ("session", "plan")},
+        "an operand of other dims": {"args": longer},
+        "an operand of another dtype": {"args": [(np.uint32, args[0][1]), *args[1:]]},
+        "a missing result": {"rets": rets[:-1]},
+        "a plan handle with no descriptor": {"handle": 1 << 20},
+    }
+
+
+@pytest.mark.parametrize("case", MISMATCHES)
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_frame_the_handler_does_not_recognise_goes_to_the_slow_path(
+    case: str, graph: bool, fresh: Env, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    handle, plan = PLANS["zero-filled result"]()  # would memset and launch if it were taken for the plan's
+    executor = _cuda_executor(plan, monkeypatch)
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    change = _mismatches(plan)[case]
+    if case == "device ordinal 16":
+        # Slot 1 + 16 of a handle would read the table entry of the next handle's CPU slot: publish one there.
+        assert (handle + 1) % _native.NativeHandler.CHUNK_HANDLES != 0
+        assert fresh.handler.publish(handle + 1, 0, executor.describe())
+        request.addfinalizer(lambda: fresh.handler.withdraw([handle + 1]))
+    fresh.xla.ordinal = change.get("ordinal", 0)
+    args = change.get("args", [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)])
+    rets = change.get("rets", [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)])
+    frame = Frame(
+        fresh.xla,
+        args,
+        rets,
+        change.get("handle", handle),
+        session=change.get("session", TOKEN),
+        names=change.get("names", ("plan", "session")),
+    )
+    assert fresh.call(frame, graph) == SLOW
+    assert fresh.slow_calls == [("CUDA", graph, ctypes.addressof(frame.frame))]
+    assert fresh.cuda.launches == []
+    assert fresh.cuda.memsets == []
+    assert fresh.xla.errors == []
+
+
+def test_the_last_device_slot_is_ordinal_15(fresh: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    handle, plan = PLANS["forward"]()
+    executor = _cuda_executor(plan, monkeypatch)
+    assert fresh.handler.publish(handle, 16, executor.describe())
+    fresh.reset(_param_sizes(plan, type(executor.bounds)))
+    fresh.xla.ordinal = 15
+    frame = _frame(fresh, handle, plan)
+    assert fresh.call(frame) == 0
+    assert len(fresh.cuda.launches) == 1
+    assert fresh.slow_calls == []
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_the_metadata_query_is_answered_with_the_command_buffer_trait_of_the_target(graph: bool, fresh: Env) -> None:
+    handle, plan = PLANS["forward"]()
+    frame = _frame(fresh, handle, plan)
+    # XLA_FFI_Metadata ends with a state type id that _xla_ffi does not declare: give the handler room for it
+    storage = (ctypes.c_uint64 * 16)(*[0xAB] * 16)
+    meta = _xla_ffi._Metadata.from_buffer(storage)
+    meta.struct_size = 56
+    ext = _xla_ffi._MetadataExtension()
+    ext.base.struct_size = ctypes.sizeof(ext)
+    ext.base.type = _xla_ffi.EXTENSION_METADATA
+    ext.metadata = ctypes.pointer(meta)
+    frame.frame.extension_start = ctypes.addressof(ext)
+    assert fresh.call(frame, graph) == 0
+    assert (meta.api_version.major, meta.api_version.minor) == (0, 1)
+    assert meta.traits == (_xla_ffi.COMMAND_BUFFER_COMPATIBLE if graph else 0)
+    assert fresh.slow_calls == []
+    assert fresh.xla.calls == []
+    assert fresh.cuda.launches == []
+
+
+def test_a_clustered_kernel_needs_a_whole_number_of_clusters_as_in_wp_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, plan = PLANS["forward"]()  # 9 threads
+    with pytest.raises(ValueError, match=r"multiple of cluster_dim; got 5 blocks \(dim=9, block_dim=2\)"):
+        _cuda_executor(plan, monkeypatch, cluster_dim=6)  # block_dim 2: 5 blocks, not whole clusters
+
+
+def test_the_copy_under_test_is_not_the_process_handler(env: Env) -> None:
+    """Loading the object under another name gives the copy its own globals: the process's handler keeps its own."""
+    real = _native.handler()
+    if real is None:  # JARP_LAUNCH=python: the process registered its Python callbacks, nothing to disturb
+        assert _native.status().startswith("python")
+        return
+    assert real.address("CUDA", True) != env.handler.address("CUDA", True)
+    _ffi.ensure_registered()
+    assert int(_ffi.SESSION) != TOKEN
+    # The process's handler has its own session token, so a frame with the copy's token goes to *its*
+    # slow path: jarp's Python callback, which answers through the frame's (fake) Error_Create.
+    env.reset()
+    handle, plan = PLANS["forward"]()
+    frame = _frame(env, handle, plan)
+    real_call = ctypes.CFUNCTYPE(_P, _P)(real.address("CUDA", True))
+    assert (real_call(ctypes.addressof(frame.frame)) or 0) == ERROR
+    assert env.slow_calls == []
+    assert env.cuda.launches == []
+    assert "session token mismatch" in env.xla.errors[0][1]
+    # and CPU plans still run natively in this process
+    f = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])
+    np.testing.assert_allclose(f(_x9), 3 * np.asarray(_x9), rtol=1e-6)
