@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import equinox as eqx
 import jax
@@ -25,6 +25,10 @@ def _is_float(x: Any) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.inexact)
 
 
+HessianKind = Literal["exact", "projected"]
+"""What ``hess_prod`` computes: the exact Hessian, or a projected (clamped, positive semi-definite) one."""
+
+
 class Energy(eqx.Module):
     """A scalar energy ``E(x, *params)`` whose derivatives are user kernels.
 
@@ -37,6 +41,11 @@ class Energy(eqx.Module):
     * derivatives with respect to floating-point ``params`` go through Warp's adjoint of
       the ``fun`` and ``grad`` modules (build them with ``enable_backward=True``).
 
+    With ``hessian="projected"`` the ``hess_prod`` kernel is a solver's operator only
+    (`Energy.hess_prod`, `Energy.hess_diag`, `Energy.hess_quad`): the derivatives of
+    ``E.grad`` with respect to ``x`` go through Warp's adjoint of the ``grad`` module instead
+    (exact; it needs ``enable_backward=True``), or are refused with an explanation.
+
     Integer ``params`` (edge lists, element connectivity) are passed through untouched.
     """
 
@@ -44,6 +53,8 @@ class Energy(eqx.Module):
     grad_fn: Callable[..., Any] = eqx.field(static=True)
     hess_prod_fn: Callable[..., Any] = eqx.field(static=True)
     hess_diag_fn: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    hess_quad_fn: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    hessian: HessianKind = eqx.field(static=True, default="exact")
 
     def __call__(self, x: jax.Array, *params: Any) -> jax.Array:
         """The energy at ``x``, as a 0-d array."""
@@ -54,7 +65,7 @@ class Energy(eqx.Module):
         return _gradient(self, x, *params)
 
     def hess_prod(self, x: jax.Array, *params: Any, v: jax.Array) -> jax.Array:
-        """The Hessian-vector product ``H(x) v``."""
+        """The Hessian-vector product ``H(x) v`` (the projected Hessian with ``hessian="projected"``)."""
         return _first(self.hess_prod_fn(x, *params, v))
 
     def hess_diag(self, x: jax.Array, *params: Any) -> jax.Array:
@@ -62,6 +73,34 @@ class Energy(eqx.Module):
         if self.hess_diag_fn is None:
             raise ValueError("energy(): no hess_diag module was given; pass hess_diag=... to energy().")
         return _first(self.hess_diag_fn(x, *params))
+
+    def hess_quad(self, x: jax.Array, *params: Any, v: jax.Array) -> jax.Array:
+        """The quadratic form ``v^T H(x) v``, as a 0-d array (the curvature along ``v``).
+
+        Runs the ``hess_quad`` module if one was given (one reduction, no ``H v`` array),
+        else ``jnp.vdot(v, E.hess_prod(x, *params, v=v))``. The Hessian is the same as
+        ``hess_prod``'s: projected with ``hessian="projected"``.
+
+        Args:
+            x: the point, shaped like the ``grad`` kernel's output.
+            *params: the energy's parameters.
+            v: the direction, shaped like ``x``.
+
+        Returns:
+            ``v^T H(x) v``, a 0-d array.
+
+        Example:
+            ```python
+            # the exact step along a search direction d for a quadratic model, in nonlinear CG
+            alpha = -jnp.vdot(E.grad(x, *p), d) / E.hess_quad(x, *p, v=d)
+            ```
+        """
+        if self.hess_quad_fn is None:
+            return jnp.vdot(v, self.hess_prod(x, *params, v=v))
+        out = _first(self.hess_quad_fn(x, *params, v))
+        if out.size != 1:
+            raise ValueError(f"energy(): hess_quad must return a one-element array, got shape {out.shape}.")
+        return out.reshape(())
 
 
 def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
@@ -128,10 +167,7 @@ def _gradient_jvp(primals: Any, tangents: Any) -> Any:
     g = _gradient(self, x, *params)
     t = jnp.zeros_like(g)
     if _nonzero(dx):
-
-        def hvp(res: Any, lin: Any) -> Any:
-            return (_first(self.hess_prod_fn(res[0], *res[1:], lin[0])),)
-
+        hvp = _exact_hvp(self) if self.hessian == "projected" else _kernel_hvp(self)
         # The Hessian is symmetric: the tangent map is its own transpose.
         t = t + linear_call(hvp, hvp, (x, *params), (dx,))[0]
     idx = [i for i, (p, dp) in enumerate(zip(params, dparams, strict=True)) if _is_float(p) and _nonzero(dp)]
@@ -155,11 +191,47 @@ def _gradient_jvp(primals: Any, tangents: Any) -> Any:
 _gradient.defjvp(_gradient_jvp, symbolic_zeros=True)
 
 
+def _kernel_hvp(self: Energy) -> Callable[..., Any]:
+    """``H v`` through the ``hess_prod`` module, as a `linear_call` map."""
+
+    def hvp(res: Any, lin: Any) -> Any:
+        return (_first(self.hess_prod_fn(res[0], *res[1:], lin[0])),)
+
+    return hvp
+
+
+def _exact_hvp(self: Energy) -> Callable[..., Any]:
+    """``H v`` through reverse mode of the ``grad`` module (Warp's adjoint), as a `linear_call` map.
+
+    The pullback of ``grad`` at ``x`` is ``v -> J^T v`` with ``J = dgrad/dx``, which is the
+    Hessian; it is symmetric, so the same map is the tangent map and its transpose.
+    """
+    if getattr(self.grad_fn, "enable_backward", True) is False:
+        raise TypeError(
+            "energy(hessian='projected'): the hess_prod module is a projected (clamped) Hessian, not the "
+            "derivative of E.grad, so forward mode over E.grad (jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) "
+            "and reverse mode over it with respect to x do not use it. jarp differentiates the grad module "
+            "through Warp's adjoint instead (exact), which needs it built with enable_backward=True, e.g. "
+            "jax_kernel(grad_kernel, ..., enable_backward=True). Otherwise pass an exact hess_prod with "
+            "hessian='exact', or use E.hess_prod(x, *params, v=v) directly as a solver's linear operator."
+        )
+
+    def hvp(res: Any, lin: Any) -> Any:
+        xx, *pp = res
+        _, pullback = jax.vjp(lambda x: _first(self.grad_fn(x, *pp)), xx)
+        return pullback(lin[0])
+
+    return hvp
+
+
 def energy(
     fun: Callable[..., Any],
     grad: Callable[..., Any],
     hess_prod: Callable[..., Any],
     hess_diag: Callable[..., Any] | None = None,
+    *,
+    hess_quad: Callable[..., Any] | None = None,
+    hessian: HessianKind = "exact",
 ) -> Energy:
     """Wrap an energy and its derivative kernels as one differentiable `Energy` module.
 
@@ -169,19 +241,48 @@ def energy(
         grad: ``grad(x, *params)`` returning ``dE/dx``, shaped like ``x``.
         hess_prod: ``hess_prod(x, *params, v)`` returning ``H(x) v``, shaped like ``x``.
         hess_diag: optional ``hess_diag(x, *params)`` returning the Hessian's diagonal.
+        hess_quad: optional ``hess_quad(x, *params, v)`` returning ``v^T H(x) v`` as a
+            one-element array (a line search's curvature, without the ``H v`` array). Without
+            it, `Energy.hess_quad` computes ``jnp.vdot(v, hess_prod(x, *params, v))``.
+        hessian: what ``hess_prod`` (and ``hess_diag``, ``hess_quad``) compute. ``"exact"``
+            (default): the Hessian of ``fun``; JAX then uses ``hess_prod`` as the derivative
+            of ``E.grad``. ``"projected"``: a projected Hessian (per-element blocks clamped to
+            positive semi-definite, as FEM codes do for Newton), which is not a derivative:
+            ``E.hess_prod`` stays a solver's operator, and the derivatives of ``E.grad`` with
+            respect to ``x`` (``jax.jvp``, ``jax.jacfwd``, ``jax.hessian``, ``jax.linearize``,
+            reverse mode over ``E.grad``) go through Warp's adjoint of the ``grad`` module
+            instead, which is exact and needs ``enable_backward=True`` on it; without it
+            they raise a `TypeError` that says so.
 
     Returns:
         An `Energy` ``E`` with ``E(x, *params)`` a 0-d array, and methods ``E.grad``,
-        ``E.hess_prod`` and ``E.hess_diag``.
+        ``E.hess_prod``, ``E.hess_diag`` and ``E.hess_quad``.
 
     Example:
         ```python
         E = jarp.warp.energy(energy_kernel, grad_kernel, hess_prod_kernel)
         g = jax.grad(E)(x, edges, stiffness)              # runs grad_kernel
         hv = jax.jvp(lambda x: E.grad(x, edges, stiffness), (x,), (v,))[1]  # runs hess_prod_kernel
+
+        # A clamped (PSD) Hessian for Newton-CG; derivatives of E.grad stay exact.
+        grad_module = jarp.jax_kernel(grad_kernel, launch_dims=m, output_dims=n, enable_backward=True)
+        Ep = jarp.warp.energy(energy_module, grad_module, projected_hess_prod_module, hessian="projected")
+        hv = jax.jvp(lambda x: Ep.grad(x, *p), (x,), (v,))[1]  # exact H v, through Warp's adjoint of grad
+        pv = Ep.hess_prod(x, *p, v=v)                            # the projected H v, for CG
         ```
     """
-    for name, f in (("fun", fun), ("grad", grad), ("hess_prod", hess_prod), ("hess_diag", hess_diag)):
+    for name, f in (
+        ("fun", fun),
+        ("grad", grad),
+        ("hess_prod", hess_prod),
+        ("hess_diag", hess_diag),
+        ("hess_quad", hess_quad),
+    ):
         if f is not None and not callable(f):
             raise TypeError(f"energy(): {name} must be a jarp module or a function, got {type(f).__name__}.")
-    return Energy(fun, grad, hess_prod, hess_diag)
+    if hessian not in get_args(HessianKind):
+        raise ValueError(
+            f"energy(): hessian must be 'exact' (hess_prod is the Hessian of fun) or 'projected' (a clamped, "
+            f"positive semi-definite Hessian, not used as a derivative), got {hessian!r}."
+        )
+    return Energy(fun, grad, hess_prod, hess_diag, hess_quad_fn=hess_quad, hessian=hessian)

@@ -111,3 +111,134 @@ def test_missing_hess_diag_is_named():
         E2.hess_diag(x, *params)
     with pytest.raises(TypeError, match="grad"):
         energy(E.fun, 3, E.hess_prod_fn)
+
+
+def _kernels(m, n, *, backward=True):
+    def kern(k, out, **kw):
+        return jax_kernel(k, launch_dims=m, output_dims=out, **kw)
+
+    return {
+        "fun": kern(K.spring_energy, 1, enable_backward=True),
+        "grad": kern(K.spring_grad, n, enable_backward=backward),
+        "hess_prod": kern(K.spring_hess_prod, n),
+        "hess_quad": kern(K.spring_hess_quad, 1),
+        "hess_prod_projected": kern(K.spring_hess_prod_projected, n),
+        "hess_diag_projected": kern(K.spring_hess_diag_projected, n),
+        "hess_quad_projected": kern(K.spring_hess_quad_projected, 1),
+    }
+
+
+def test_hess_quad_kernel_and_fallback():
+    E, x, params = _problem()
+    m, n = params[0].shape[0], x.shape[0]
+    ks = _kernels(m, n)
+    Eq = energy(ks["fun"], ks["grad"], ks["hess_prod"], hess_quad=ks["hess_quad"])
+    h_ref = jax.hessian(_ref)(x, *params).reshape(x.size, x.size)
+    for seed in range(3):
+        v = jnp.asarray(np.random.default_rng(10 + seed).normal(size=x.shape))
+        quad_ref = v.ravel() @ h_ref @ v.ravel()
+        quad = Eq.hess_quad(x, *params, v=v)
+        assert quad.shape == ()
+        np.testing.assert_allclose(quad, quad_ref, rtol=1e-12)
+        np.testing.assert_allclose(quad, jnp.vdot(v, Eq.hess_prod(x, *params, v=v)), rtol=1e-12)
+        # without a hess_quad module: vdot(v, hess_prod)
+        np.testing.assert_allclose(E.hess_quad(x, *params, v=v), quad_ref, rtol=1e-12)
+    # the exact Hessian of this net is indefinite: some directions have negative curvature
+    assert np.linalg.eigvalsh(h_ref).min() < -1e-3
+    jitted = jax.jit(lambda x, v: Eq.hess_quad(x, *params, v=v))
+    np.testing.assert_allclose(jitted(x, v), quad_ref, rtol=1e-12)
+    bad = energy(ks["fun"], ks["grad"], ks["hess_prod"], hess_quad=ks["hess_prod"])
+    with pytest.raises(ValueError, match="hess_quad must return a one-element array"):
+        bad.hess_quad(x, *params, v=v)
+
+
+def _compressed_problem():
+    x, (edges, k, rest) = _problem()[1:]
+    length = jnp.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=-1)
+    assert int(jnp.sum(length < rest)) >= 3  # compressed springs: their exact Hessian blocks are indefinite
+    return x, (edges, k, rest)
+
+
+def test_projected_hessian_is_psd_and_a_solver_operator():
+    x, params = _compressed_problem()
+    m, n = params[0].shape[0], x.shape[0]
+    ks = _kernels(m, n)
+    Ep = energy(
+        ks["fun"],
+        ks["grad"],
+        ks["hess_prod_projected"],
+        ks["hess_diag_projected"],
+        hess_quad=ks["hess_quad_projected"],
+        hessian="projected",
+    )
+    hp_ref = K.spring_projected_hessian_ref(x, *params)
+    assert np.linalg.eigvalsh(hp_ref).min() > -1e-12
+    v = jnp.asarray(np.random.default_rng(20).normal(size=x.shape))
+    np.testing.assert_allclose(Ep.hess_prod(x, *params, v=v).ravel(), hp_ref @ v.ravel(), atol=1e-12)
+    np.testing.assert_allclose(Ep.hess_diag(x, *params).ravel(), jnp.diag(hp_ref), atol=1e-12)
+    np.testing.assert_allclose(Ep.hess_quad(x, *params, v=v), v.ravel() @ hp_ref @ v.ravel(), rtol=1e-12)
+
+
+def test_projected_hessian_flagged_exact_gives_wrong_derivatives():
+    """The documented danger: a clamped hess_prod passed as 'exact' silently becomes E.grad's derivative."""
+    x, params = _compressed_problem()
+    m, n = params[0].shape[0], x.shape[0]
+    ks = _kernels(m, n)
+    E_wrong = energy(ks["fun"], ks["grad"], ks["hess_prod_projected"])  # hessian="exact" by default
+    v = jnp.asarray(np.random.default_rng(21).normal(size=x.shape))
+    hv_ref = jax.jvp(lambda x: jax.grad(_ref)(x, *params), (x,), (v,))[1]
+    hv = jax.jvp(lambda x: E_wrong.grad(x, *params), (x,), (v,))[1]
+    rel = float(jnp.linalg.norm(hv - hv_ref) / jnp.linalg.norm(hv_ref))
+    assert rel > 1e-2, rel
+    with pytest.raises(AssertionError):
+        check_grads(lambda x: E_wrong.grad(x, *params), (x,), order=1, modes=["fwd"])
+
+
+def test_projected_hessian_derivatives_are_exact_through_warps_adjoint():
+    x, params = _compressed_problem()
+    m, n = params[0].shape[0], x.shape[0]
+    ks = _kernels(m, n)
+    Ep = energy(ks["fun"], ks["grad"], ks["hess_prod_projected"], ks["hess_diag_projected"], hessian="projected")
+    h_ref = jax.hessian(_ref)(x, *params)
+    v = jnp.asarray(np.random.default_rng(22).normal(size=x.shape))
+    hv_ref = jnp.einsum("iajb,jb->ia", h_ref, v)
+    np.testing.assert_allclose(jax.jvp(lambda x: Ep.grad(x, *params), (x,), (v,))[1], hv_ref, atol=1e-12)
+    np.testing.assert_allclose(jax.jvp(lambda x: jax.grad(Ep)(x, *params), (x,), (v,))[1], hv_ref, atol=1e-12)
+    np.testing.assert_allclose(jax.hessian(Ep)(x, *params), h_ref, atol=1e-12)
+    np.testing.assert_allclose(jax.jacfwd(Ep.grad)(x, *params), h_ref, atol=1e-12)
+    np.testing.assert_allclose(jax.jacrev(Ep.grad)(x, *params), h_ref, atol=1e-12)
+    _, lin = jax.linearize(lambda x: Ep.grad(x, *params), x)
+    np.testing.assert_allclose(lin(v), hv_ref, atol=1e-12)
+    np.testing.assert_allclose(
+        jax.jit(lambda x, v: jax.jvp(lambda x: Ep.grad(x, *params), (x,), (v,))[1])(x, v), hv_ref, atol=1e-12
+    )
+    # against finite differences of the grad kernel itself, in both modes
+    check_grads(lambda x: Ep.grad(x, *params), (x,), order=1, modes=["fwd", "rev"])
+    # the mixed derivative (stiffness) is unchanged: Warp's adjoint of grad
+    w = jnp.asarray(np.random.default_rng(23).normal(size=x.shape))
+    edges, k, rest = params
+    mixed = jax.grad(lambda k: jnp.vdot(Ep.grad(x, edges, k, rest), w))(k)
+    mixed_ref = jax.grad(lambda k: jnp.vdot(jax.grad(_ref)(x, edges, k, rest), w))(k)
+    np.testing.assert_allclose(mixed, mixed_ref, atol=1e-12)
+
+
+def test_projected_hessian_without_warps_adjoint_refuses():
+    x, params = _compressed_problem()
+    m, n = params[0].shape[0], x.shape[0]
+    ks = _kernels(m, n, backward=False)
+    Ep = energy(ks["fun"], ks["grad"], ks["hess_prod_projected"], hessian="projected")
+    v = jnp.ones_like(x)
+    for transform in (
+        lambda: jax.jvp(lambda x: Ep.grad(x, *params), (x,), (v,)),
+        lambda: jax.hessian(Ep)(x, *params),
+        lambda: jax.jacrev(Ep.grad)(x, *params),
+    ):
+        with pytest.raises(TypeError, match=r"projected.*enable_backward=True.*E\.hess_prod"):
+            transform()
+    # the solver's side still works, and so do E and its gradient
+    np.testing.assert_allclose(
+        Ep.hess_prod(x, *params, v=v).ravel(), K.spring_projected_hessian_ref(x, *params) @ v.ravel(), atol=1e-12
+    )
+    np.testing.assert_allclose(jax.grad(Ep)(x, *params), jax.grad(_ref)(x, *params), atol=1e-13)
+    with pytest.raises(ValueError, match="hessian must be 'exact'"):
+        energy(ks["fun"], ks["grad"], ks["hess_prod"], hessian="clamped")
