@@ -89,6 +89,19 @@ class _CallError(Exception):
         self.code = code
 
 
+def _drop_executors(handles: list[int]) -> None:
+    """Drop the executors of released plan handles (and with them the loaded modules they hold)."""
+    released = set(handles)
+    with _executors_lock:
+        for key in [k for k in _executors if k[0] in released]:
+            del _executors[key]
+        for handle in released:
+            _cpu_executors.pop(handle, None)
+
+
+registry.on_release(_drop_executors)
+
+
 def ensure_registered() -> None:
     """Register jarp's FFI targets with XLA for CPU and CUDA (once per process)."""
     global _registered
@@ -208,7 +221,7 @@ def _check_attrs(frame: int, names: int) -> int:
 
 
 def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
-    with _executors_lock:
+    with _executors_lock, _internals.warp_lock():  # an executor loads the kernel's module
         executor = _executors.get(key)
         if executor is None:
             plan = _plan(key[0])

@@ -11,6 +11,7 @@ configurations.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import math
@@ -160,31 +161,152 @@ class Plan:
         return self.batch_shape + self.results[j].shape
 
 
+class ReleasedPlanError(LookupError):
+    """An FFI call named a plan handle that this process released (or never made)."""
+
+
+class _Lease:
+    """Keeps a plan handle registered while it lives; lowering attaches one to each executable.
+
+    JAX keeps a lowering's "keepalives" with the compiled executable (and with its lowered
+    and compiled stages), so a handle stays registered exactly as long as something that can
+    call it does.
+    """
+
+    __slots__ = ("__weakref__", "_registry", "handle")
+
+    def __init__(self, registry: _Registry, handle: int) -> None:
+        self._registry = registry
+        self.handle = handle
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown there is nothing left to release
+            self._registry._unlease(self.handle)
+
+
 class _Registry:
-    """Content-keyed plan registry: ``plan -> handle`` and back. Thread-safe, append-only."""
+    """Content-keyed plan registry: ``plan -> handle`` and back. Thread-safe.
+
+    A handle is never reused. Its plan (and with it the kernel or function it runs, and the
+    FFI executors built for it) is released once no lease on it is alive, that is once no
+    executable lowered with it remains, at the next "safe point": when a call is traced or
+    another plan is registered, or on ``jax.clear_caches()`` (`cache_clear`). Deferring to a safe point keeps
+    a call that XLA has queued but not yet started from finding its plan gone when the last
+    reference to its executable is dropped right after the call. A plan that was registered
+    but never leased (looked up directly by `handle`) stays until it is leased and released.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._handles: dict[Plan, int] = {}
-        self._plans: list[Plan] = []
+        self._plans: dict[int, Plan] = {}
+        self._leases: dict[int, int] = {}
+        self._idle: set[int] = set()
+        self._next = 0
+        self._hooks: list[Any] = []
+        # Set by jax.clear_caches() until the next registration: executables JAX drops then
+        # release their handles at once (JAX clears its caches after or before this one).
+        self._clearing = False
 
     def handle(self, plan: Plan) -> int:
+        """The handle of ``plan``, registering it if it is new."""
         handle = self._handles.get(plan)
         if handle is not None:
             return handle
         with self._lock:
             handle = self._handles.get(plan)
             if handle is None:
-                handle = len(self._plans)
-                self._plans.append(plan)
+                self._clearing = False
+                self._release_idle()
+                handle = self._next
+                self._next += 1
+                self._plans[handle] = plan
                 self._handles[plan] = handle
         return handle
 
+    def lease(self, plan: Plan) -> tuple[int, _Lease]:
+        """The handle of ``plan`` (registered if new) and a lease that keeps it registered while alive."""
+        with self._lock:
+            handle = self.handle(plan)
+            self._leases[handle] = self._leases.get(handle, 0) + 1
+            self._idle.discard(handle)
+            return handle, _Lease(self, handle)
+
+    def _unlease(self, handle: int) -> None:
+        with self._lock:
+            count = self._leases.get(handle, 0) - 1
+            if count > 0:
+                self._leases[handle] = count
+                return
+            self._leases.pop(handle, None)
+            if handle in self._plans:
+                self._idle.add(handle)
+                if self._clearing:
+                    self._release_idle()
+
+    def _release_idle(self) -> None:
+        """Release every handle no lease holds any more (called with the lock held)."""
+        if not self._idle:
+            return
+        released = []
+        for handle in self._idle:
+            plan = self._plans.pop(handle, None)
+            if plan is not None and self._handles.get(plan) == handle:
+                del self._handles[plan]
+            released.append(handle)
+        self._idle.clear()
+        for hook in self._hooks:
+            hook(released)
+
+    def on_release(self, hook: Any) -> None:
+        """Call ``hook(handles)`` with the handles each release drops (to drop what was built for them)."""
+        self._hooks.append(hook)
+
+    def release_idle(self) -> None:
+        """Release the handles no executable uses any more (a safe point: tracing a new call)."""
+        if self._idle:
+            with self._lock:
+                self._release_idle()
+
+    def cache_clear(self) -> None:
+        """Release the handles no executable uses any more (``jax.clear_caches()`` calls this)."""
+        with self._lock:
+            self._clearing = True
+            self._release_idle()
+
     def plan(self, handle: int) -> Plan:
-        return self._plans[handle]
+        """The plan registered under ``handle``.
+
+        Raises:
+            ReleasedPlanError: if ``handle`` was released or never made in this process.
+        """
+        try:
+            return self._plans[handle]
+        except (KeyError, TypeError):
+            pass
+        if isinstance(handle, int) and 0 <= handle < self._next:
+            raise ReleasedPlanError(
+                f"plan handle {handle} was released: no executable lowered with it was alive, so jarp dropped "
+                "its plan (and the kernel or function it ran). An executable kept only through a copy JAX does "
+                "not know about (a deserialised or exported one) cannot call it; call the jarp module again "
+                "to compile a fresh executable."
+            ) from None
+        raise ReleasedPlanError(
+            f"no plan with handle {handle!r} exists in this process (handles run from 0 to {self._next - 1}); "
+            "the call was not lowered by jarp in this process."
+        ) from None
 
     def plans(self) -> tuple[Plan, ...]:
-        return tuple(self._plans)
+        """The registered plans, in handle order."""
+        return tuple(plan for _, plan in self.items())
+
+    def items(self) -> tuple[tuple[int, Plan], ...]:
+        """``(handle, plan)`` for each registered plan, in handle order."""
+        with self._lock:
+            return tuple(sorted(self._plans.items(), key=lambda item: item[0]))
+
+    def __contains__(self, handle: object) -> bool:
+        return handle in self._plans
 
     def __len__(self) -> int:
         return len(self._plans)
