@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import math
 import threading
+import weakref
 from typing import Any, Literal
 
 import numpy as np
@@ -201,6 +202,8 @@ class _Registry:
         self._handles: dict[Plan, int] = {}
         self._plans: dict[int, Plan] = {}
         self._leases: dict[int, int] = {}
+        # handle -> (weak ref to the target, the plan without it): released plans whose target lives on
+        self._weak: dict[int, tuple[weakref.ref[Any], Plan]] = {}
         self._idle: set[int] = set()
         self._next = 0
         self._hooks: list[Any] = []
@@ -253,10 +256,39 @@ class _Registry:
             plan = self._plans.pop(handle, None)
             if plan is not None and self._handles.get(plan) == handle:
                 del self._handles[plan]
+            if plan is not None:
+                self._hold_weakly(handle, plan)
             released.append(handle)
         self._idle.clear()
         for hook in self._hooks:
             hook(released)
+
+    def _hold_weakly(self, handle: int, plan: Plan) -> None:
+        """Keep ``plan`` recoverable while its target lives elsewhere, without keeping the target alive.
+
+        JAX's C++ dispatch cache can keep calling an executable after JAX's Python caches (and
+        with them the lease) let it go; while the kernel or function is still alive (the jitted
+        function that closes over the module holds it) such a call gets the plan back.
+        """
+        try:
+            ref = weakref.ref(plan.target, lambda _, h=handle: self._weak.pop(h, None))
+        except TypeError:  # not weakly referenceable: released for good
+            return
+        self._weak[handle] = (ref, dataclasses.replace(plan, target=None))
+
+    def _recover(self, handle: int) -> Plan | None:
+        entry = self._weak.get(handle)
+        target = entry[0]() if entry is not None else None
+        if target is None:
+            return None
+        with self._lock:
+            plan = dataclasses.replace(entry[1], target=target)
+            self._weak.pop(handle, None)
+            self._plans[handle] = plan
+            self._handles.setdefault(plan, handle)
+            if handle not in self._leases:
+                self._idle.add(handle)  # released again at the next safe point unless leased
+        return plan
 
     def on_release(self, hook: Any) -> None:
         """Call ``hook(handles)`` with the handles each release drops (to drop what was built for them)."""
@@ -278,16 +310,20 @@ class _Registry:
         """The plan registered under ``handle``.
 
         Raises:
-            ReleasedPlanError: if ``handle`` was released or never made in this process.
+            ReleasedPlanError: if ``handle`` was released (and its kernel or function collected)
+                or never made in this process.
         """
         try:
             return self._plans[handle]
         except (KeyError, TypeError):
             pass
+        plan = self._recover(handle) if isinstance(handle, int) else None
+        if plan is not None:
+            return plan
         if isinstance(handle, int) and 0 <= handle < self._next:
             raise ReleasedPlanError(
-                f"plan handle {handle} was released: no executable lowered with it was alive, so jarp dropped "
-                "its plan (and the kernel or function it ran). An executable kept only through a copy JAX does "
+                f"plan handle {handle} was released: no executable lowered with it was alive and the kernel or "
+                "function it ran was collected. An executable kept only through a copy JAX does "
                 "not know about (a deserialised or exported one) cannot call it; call the jarp module again "
                 "to compile a fresh executable."
             ) from None

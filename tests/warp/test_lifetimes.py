@@ -241,10 +241,16 @@ def test_released_handle_fails_loudly_and_is_never_reused() -> None:
     lowered = _lower(jax_kernel(kernel), x)
     (handle,) = [int(h) for h in _handles(lowered.as_text())]
     assert registry.plan(handle).target is kernel
-    del lowered, kernel
+    ref = weakref.ref(kernel)
+    del lowered
     jax.clear_caches()
     gc.collect()
-    assert handle not in registry
+    assert handle not in registry  # released: no executable uses it
+    assert registry.plan(handle).target is kernel  # but recoverable while the kernel lives on
+    del kernel
+    (y,) = jax_kernel(_make_kernel(4))(x)  # Warp's module now keeps this kernel of the same name instead
+    np.testing.assert_array_equal(y, np.arange(4.0) * 4)
+    assert _alive([ref]) == 0
     with pytest.raises(ReleasedPlanError, match=f"plan handle {handle} was released"):
         registry.plan(handle)
     with pytest.raises(ReleasedPlanError, match="no plan with handle"):
