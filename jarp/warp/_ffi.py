@@ -47,7 +47,7 @@ _keepalive: list[Any] = []
 
 _executors: dict[tuple[int, int], _Executor] = {}
 _cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
-_executors_lock = threading.Lock()
+_executors_lock = threading.RLock()  # re-entrant: releasing plans drops executors
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)

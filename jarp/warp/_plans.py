@@ -11,6 +11,7 @@ configurations.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import enum
@@ -170,8 +171,9 @@ class _Lease:
     """Keeps a plan handle registered while it lives; lowering attaches one to each executable.
 
     JAX keeps a lowering's "keepalives" with the compiled executable (and with its lowered
-    and compiled stages), so a handle stays registered exactly as long as something that can
-    call it does.
+    and compiled stages), so a handle stays registered as long as something that can call
+    it does. Its finaliser only queues the handle (no lock: it may run in any thread, at any
+    point, e.g. inside a Warp build); the registry counts it at its next safe point.
     """
 
     __slots__ = ("__weakref__", "_registry", "handle")
@@ -182,7 +184,7 @@ class _Lease:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter shutdown there is nothing left to release
-            self._registry._unlease(self.handle)
+            self._registry._dead.append(self.handle)
 
 
 class _Registry:
@@ -190,11 +192,13 @@ class _Registry:
 
     A handle is never reused. Its plan (and with it the kernel or function it runs, and the
     FFI executors built for it) is released once no lease on it is alive, that is once no
-    executable lowered with it remains, at the next "safe point": when a call is traced or
-    another plan is registered, or on ``jax.clear_caches()`` (`cache_clear`). Deferring to a safe point keeps
-    a call that XLA has queued but not yet started from finding its plan gone when the last
-    reference to its executable is dropped right after the call. A plan that was registered
-    but never leased (looked up directly by `handle`) stays until it is leased and released.
+    executable lowered with it remains, at the next "safe point": when a call is traced,
+    another plan is registered, the registry is listed, or on ``jax.clear_caches()``
+    (`cache_clear`). Deferring to a safe point keeps a call that XLA has queued but not yet
+    started from finding its plan gone when the last reference to its executable is dropped
+    right after the call. A released plan stays recoverable (without being kept alive) while
+    its kernel or function lives on elsewhere. A plan that was registered but never leased
+    (looked up directly by `handle`) stays until it is leased and released.
     """
 
     def __init__(self) -> None:
@@ -202,66 +206,72 @@ class _Registry:
         self._handles: dict[Plan, int] = {}
         self._plans: dict[int, Plan] = {}
         self._leases: dict[int, int] = {}
+        self._dead: collections.deque[int] = collections.deque()  # handles of collected leases
         # handle -> (weak ref to the target, the plan without it): released plans whose target lives on
         self._weak: dict[int, tuple[weakref.ref[Any], Plan]] = {}
         self._idle: set[int] = set()
         self._next = 0
         self._hooks: list[Any] = []
-        # Set by jax.clear_caches() until the next registration: executables JAX drops then
-        # release their handles at once (JAX clears its caches after or before this one).
-        self._clearing = False
 
     def handle(self, plan: Plan) -> int:
         """The handle of ``plan``, registering it if it is new."""
         handle = self._handles.get(plan)
         if handle is not None:
             return handle
+        return self._acquire(plan, lease=False)[0]
+
+    def lease(self, plan: Plan) -> tuple[int, _Lease]:
+        """The handle of ``plan`` (registered if new) and a lease that keeps it registered while alive."""
+        handle, lease = self._acquire(plan, lease=True)
+        assert lease is not None
+        return handle, lease
+
+    def _acquire(self, plan: Plan, lease: bool) -> tuple[int, _Lease | None]:
         with self._lock:
+            released = self._collect()
             handle = self._handles.get(plan)
             if handle is None:
-                self._clearing = False
-                self._release_idle()
                 handle = self._next
                 self._next += 1
                 self._plans[handle] = plan
                 self._handles[plan] = handle
-        return handle
+            token = None
+            if lease:
+                self._leases[handle] = self._leases.get(handle, 0) + 1
+                self._idle.discard(handle)
+                token = _Lease(self, handle)
+        self._notify(released)
+        return handle, token
 
-    def lease(self, plan: Plan) -> tuple[int, _Lease]:
-        """The handle of ``plan`` (registered if new) and a lease that keeps it registered while alive."""
-        with self._lock:
-            handle = self.handle(plan)
-            self._leases[handle] = self._leases.get(handle, 0) + 1
-            self._idle.discard(handle)
-            return handle, _Lease(self, handle)
-
-    def _unlease(self, handle: int) -> None:
-        with self._lock:
+    def _collect(self) -> list[int]:
+        """Count collected leases and release every handle none holds any more (with the lock held)."""
+        dead = self._dead
+        while dead:
+            handle = dead.popleft()
             count = self._leases.get(handle, 0) - 1
             if count > 0:
                 self._leases[handle] = count
-                return
+                continue
             self._leases.pop(handle, None)
             if handle in self._plans:
                 self._idle.add(handle)
-                if self._clearing:
-                    self._release_idle()
-
-    def _release_idle(self) -> None:
-        """Release every handle no lease holds any more (called with the lock held)."""
-        if not self._idle:
-            return
         released = []
         for handle in self._idle:
             plan = self._plans.pop(handle, None)
-            if plan is not None and self._handles.get(plan) == handle:
-                del self._handles[plan]
             if plan is not None:
+                if self._handles.get(plan) == handle:
+                    del self._handles[plan]
                 self._hold_weakly(handle, plan)
             released.append(handle)
         self._idle.clear()
-        for hook in self._hooks:
-            hook(released)
+        return released
+
+    def _notify(self, released: list[int]) -> None:
+        # Outside the registry's lock: the hooks take their own (the FFI executors' lock is taken
+        # before the registry's when an executor is built).
+        if released:
+            for hook in self._hooks:
+                hook(released)
 
     def _hold_weakly(self, handle: int, plan: Plan) -> None:
         """Keep ``plan`` recoverable while its target lives elsewhere, without keeping the target alive.
@@ -296,15 +306,14 @@ class _Registry:
 
     def release_idle(self) -> None:
         """Release the handles no executable uses any more (a safe point: tracing a new call)."""
-        if self._idle:
+        if self._dead or self._idle:
             with self._lock:
-                self._release_idle()
+                released = self._collect()
+            self._notify(released)
 
     def cache_clear(self) -> None:
         """Release the handles no executable uses any more (``jax.clear_caches()`` calls this)."""
-        with self._lock:
-            self._clearing = True
-            self._release_idle()
+        self.release_idle()
 
     def plan(self, handle: int) -> Plan:
         """The plan registered under ``handle``.
@@ -337,14 +346,17 @@ class _Registry:
         return tuple(plan for _, plan in self.items())
 
     def items(self) -> tuple[tuple[int, Plan], ...]:
-        """``(handle, plan)`` for each registered plan, in handle order."""
+        """``(handle, plan)`` for each registered plan, in handle order (after releasing unused ones)."""
+        self.release_idle()
         with self._lock:
             return tuple(sorted(self._plans.items(), key=lambda item: item[0]))
 
     def __contains__(self, handle: object) -> bool:
+        self.release_idle()
         return handle in self._plans
 
     def __len__(self) -> int:
+        self.release_idle()
         return len(self._plans)
 
 
