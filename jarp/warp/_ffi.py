@@ -22,6 +22,7 @@ import os
 import struct
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ import warp as wp
 
 from . import _dtypes, _errors, _internals, _struct_layout, _xla_ffi
 from ._fp_env import default_fp_env
-from ._plans import Binding, Plan, Runs, registry
+from ._plans import Binding, Plan, ReleasedPlanError, Runs, registry
 
 TARGET = "jarp_warp_call"
 # A per-process token lowered next to each plan handle (see _primitive._lowering). XLA passes attributes
@@ -157,8 +158,8 @@ def _name(frame: int) -> str:
             if name == "plan" and kind == _xla_ffi.AttrType.SCALAR:
                 code, ptr = _xla_ffi.read_scalar(value)
                 handle = ctypes.c_int64.from_address(ptr).value
-                if code == _xla_ffi.DataType.S64 and 0 <= handle < len(registry):
-                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"
+                if code == _xla_ffi.DataType.S64:
+                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"  # ReleasedPlanError: below
     except Exception:
         pass
     return TARGET
@@ -241,15 +242,16 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
 
 
 def _plan(handle: int) -> Plan:
-    """The plan behind ``handle``; `_CallError` if this process's registry has no such handle."""
-    count = len(registry)
-    if not 0 <= handle < count:
-        raise _CallError(
-            _xla_ffi.ErrorCode.INVALID_ARGUMENT,
-            f"plan handle {handle} is not one this process made (its registry holds handles 0 to {count - 1}); "
-            "handles are given by jarp's lowering, never written by hand.",
-        )
-    return registry.plan(handle)
+    """The plan behind ``handle``; `_CallError` if this process never made it or released it.
+
+    A handle never made is ``INVALID_ARGUMENT``; one released (no executable lowered with it alive,
+    and its kernel or function collected) is ``FAILED_PRECONDITION``.
+    """
+    try:
+        return registry.plan(handle)
+    except ReleasedPlanError as e:
+        code = _xla_ffi.ErrorCode.FAILED_PRECONDITION if e.released else _xla_ffi.ErrorCode.INVALID_ARGUMENT
+        raise _CallError(code, str(e)) from None
 
 
 class _FrameBuffers:
@@ -275,7 +277,16 @@ class _FrameBuffers:
         one of its dims (none for a scalar), compared with constants. Only integers from the plan enter the
         generated source.
         """
-        env: dict[str, Any] = {"_COUNTS": _COUNTS, "_BUFFER": _BUFFER, "_MEM": _MEM, "fail": self._fail}
+        # `fail` reaches this object weakly: a bound method in the generated function's globals would make
+        # a reference cycle, and a dropped executor would keep its plan (and kernel) until the next gc.
+        this = weakref.ref(self)
+
+        def fail(frame: int, side: int, index: int) -> None:
+            buffers = this()
+            assert buffers is not None, "the executor calling `pointers` holds its _FrameBuffers"
+            buffers._fail(frame, side, index)
+
+        env: dict[str, Any] = {"_COUNTS": _COUNTS, "_BUFFER": _BUFFER, "_MEM": _MEM, "fail": fail}
         lines = [
             "def pointers(frame):",
             f"    nargs, args, nrets, rets = _COUNTS(_MEM, frame + {_FRAME_ARGS_SIZE})",

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import enum
 import math
+import os
 import threading
 import weakref
 from typing import Any, Literal
@@ -164,7 +165,15 @@ class Plan:
 
 
 class ReleasedPlanError(LookupError):
-    """An FFI call named a plan handle that this process released (or never made)."""
+    """An FFI call named a plan handle that this process released (or never made).
+
+    Attributes:
+        released: True if this process made the handle and released it, False if it never made it.
+    """
+
+    def __init__(self, message: str, released: bool) -> None:
+        super().__init__(message)
+        self.released = released
 
 
 class _Lease:
@@ -185,6 +194,20 @@ class _Lease:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter shutdown there is nothing left to release
             self._registry._dead.append(self.handle)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # `jax.experimental.serialize_executable` pickles an executable with its keepalives: loaded
+        # in this process, the copy holds a lease of its own; loaded elsewhere, none (the FFI
+        # callback refuses the other process's session token there).
+        return (_unpickle_lease, (_PROCESS, self.handle))
+
+
+_PROCESS = os.urandom(16)  # tells a lease pickled in this process from one pickled in another
+
+
+def _unpickle_lease(process: bytes, handle: int) -> _Lease | None:
+    """A lease on ``handle`` for a deserialised executable, if it was pickled in this process and still has its plan."""
+    return registry.renew(handle) if process == _PROCESS else None
 
 
 class _Registry:
@@ -225,6 +248,17 @@ class _Registry:
         handle, lease = self._acquire(plan, lease=True)
         assert lease is not None
         return handle, lease
+
+    def renew(self, handle: int) -> _Lease | None:
+        """A new lease on a registered (or recoverable) ``handle``; None if it is released for good."""
+        with self._lock:
+            try:
+                self.plan(handle)
+            except ReleasedPlanError:
+                return None
+            self._leases[handle] = self._leases.get(handle, 0) + 1
+            self._idle.discard(handle)
+            return _Lease(self, handle)
 
     def _acquire(self, plan: Plan, lease: bool) -> tuple[int, _Lease | None]:
         with self._lock:
@@ -334,11 +368,13 @@ class _Registry:
                 f"plan handle {handle} was released: no executable lowered with it was alive and the kernel or "
                 "function it ran was collected. An executable kept only through a copy JAX does "
                 "not know about (a deserialised or exported one) cannot call it; call the jarp module again "
-                "to compile a fresh executable."
+                "to compile a fresh executable.",
+                released=True,
             ) from None
         raise ReleasedPlanError(
-            f"no plan with handle {handle!r} exists in this process (handles run from 0 to {self._next - 1}); "
-            "the call was not lowered by jarp in this process."
+            f"plan handle {handle!r} is not one this process made (its handles run from 0 to {self._next - 1}); "
+            "handles are given by jarp's lowering, never written by hand.",
+            released=False,
         ) from None
 
     def plans(self) -> tuple[Plan, ...]:
