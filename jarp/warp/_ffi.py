@@ -90,12 +90,27 @@ class _CallError(Exception):
         self.code = code
 
 
+# The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
+# an executable JAX still holds without its lease (its C++ dispatch cache, or a launch queued on a CUDA
+# stream or captured in a command buffer) may still reach that code, and a released plan is recovered
+# while its kernel lives. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
+_retained: weakref.WeakKeyDictionary[Any, dict[int, _internals.EntryPoints]] = weakref.WeakKeyDictionary()
+
+
 def _drop_executors(handles: list[int]) -> None:
-    """Drop the executors of released plan handles (and with them the loaded modules they hold)."""
+    """Drop the executors of released plan handles (the registry's release hook).
+
+    This is the one place `_ffi` learns of releases. A dropped kernel executor's loaded code is
+    kept in `_retained` until its kernel is collected, so a release never unloads code that
+    something still able to call the kernel might run.
+    """
     released = set(handles)
     with _executors_lock:
         for key in [k for k in _executors if k[0] in released]:
-            del _executors[key]
+            executor = _executors.pop(key)
+            entry = getattr(executor, "entry", None)
+            if entry is not None:
+                _retained.setdefault(executor.plan.target, {})[id(entry.module_exec)] = entry
         for handle in released:
             _cpu_executors.pop(handle, None)
 

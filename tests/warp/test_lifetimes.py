@@ -289,6 +289,25 @@ def test_released_plans_drop_their_executors() -> None:
     assert _ffi.executor_count() <= before
 
 
+def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
+    # An executable JAX holds without its lease may still reach the code; it is unloaded with the kernel.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(5)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
+    (handle,) = [int(h) for h in _handles(compiled.as_text())]
+    module_exec = weakref.ref(_ffi._cpu_executors[handle].entry.module_exec)
+    del compiled
+    jax.clear_caches()
+    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
+    assert handle not in registry  # released
+    assert handle not in _ffi._cpu_executors  # its executor dropped
+    assert _alive([module_exec]) == 1  # but the code it called stays loaded while the kernel lives
+    del kernel
+    jax_kernel(_make_kernel(7))(x)
+    assert _alive([module_exec]) == 0
+
+
 def _lower(module: Any, x: jax.Array) -> Any:
     """``jit(module)`` lowered for ``x`` (the lowered stage keeps the plans' leases)."""
     return jax.jit(lambda x: module(x)[0]).lower(x)
