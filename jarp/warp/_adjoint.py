@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import warp as wp
 
+from . import _jax_internals
 from ._plans import Binding, Buffer, Param, Plan
 from ._primitive import CallConfig, bind
 
@@ -101,6 +102,7 @@ def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
 
 
 _differentiable.defvjp(_fwd, _bwd)
+_jax_internals.clear_with_jax(adjoint_plan, "jarp.warp adjoint plans")  # they hold kernels
 
 
 def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:

@@ -47,12 +47,14 @@ class _Executables:
     saw (and so its kernel, its plans, and a kernel whose build failed) in JAX's caches for the
     life of the process. Instead each module gets its own jitted function, which reaches the
     module only through a weak reference and is dropped when the module is collected: JAX's
-    caches keyed on that function go with it. The last ``RECENT`` modules that ran are also
-    held, so that a module rebuilt on every call (``jax_kernel(k)(x)`` in a loop) does not
-    retrace; ``jax.clear_caches()`` releases them.
+    caches keyed on that function go with it. A module built again equal to one that was
+    collected shortly before (``jax_kernel(k)(x)`` in a loop) is recognised by its hash and
+    held among the last ``RECENT`` such modules, so that it does not retrace on every call;
+    ``jax.clear_caches()`` releases them.
     """
 
     RECENT = 16
+    DIED = 64  # how many hashes of collected modules are remembered
 
     def __init__(self) -> None:
         # id(module) -> (weak ref to it, jitted function, box); the box holds a weak reference
@@ -60,6 +62,8 @@ class _Executables:
         self._by_id: dict[int, tuple[weakref.ref[Any], Any, list[weakref.ref[Any]]]] = {}
         self._by_value: weakref.WeakKeyDictionary[Any, tuple[Any, list[weakref.ref[Any]]]] = weakref.WeakKeyDictionary()
         self._recent: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._pinned: set[int] = set()  # ids of live modules rebuilt equal to a collected one
+        self._died: collections.deque[int] = collections.deque(maxlen=self.DIED)
         self._lock = threading.Lock()
 
     def get(self, module: Any) -> Any:
@@ -81,27 +85,34 @@ class _Executables:
             if box[0]() is None:
                 box[0] = ref
             self._by_id[id(module)] = (ref, fn, box)
-            weakref.finalize(module, self._forget, id(module), ref)
+            digest = hash(module)
+            if digest in self._died:
+                self._pinned.add(id(module))
+            weakref.finalize(module, self._forget, id(module), ref, digest)
         return fn
 
     def ran(self, module: Any) -> None:
-        """Record that ``module`` ran (held among the recent ones); only successful calls are recorded."""
+        """Hold ``module`` among the recent ones if it was rebuilt equal to a collected one (after a success)."""
         recent = self._recent
-        if id(module) in recent:
+        if id(module) in recent or id(module) not in self._pinned:
             return
         with self._lock:
             recent[id(module)] = module
             while len(recent) > self.RECENT:
                 recent.popitem(last=False)
 
-    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+    def _forget(self, key: int, ref: weakref.ref[Any], digest: int) -> None:
         entry = self._by_id.get(key)
         if entry is not None and entry[0] is ref:
             del self._by_id[key]
+            self._pinned.discard(key)
+        self._died.append(digest)
 
     def cache_clear(self) -> None:
         """Forget the recent modules (``jax.clear_caches()`` calls this)."""
         with self._lock:
+            for key in self._recent:
+                self._pinned.discard(key)
             self._recent.clear()
 
 

@@ -22,6 +22,7 @@ import os
 import struct
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ import warp as wp
 
 from . import _dtypes, _errors, _internals, _native, _struct_layout, _xla_ffi
 from ._fp_env import default_fp_env
-from ._plans import Binding, Plan, Runs, registry
+from ._plans import Binding, Plan, ReleasedPlanError, Runs, registry
 
 TARGET = "jarp_warp_call"
 # A per-process token lowered next to each plan handle (see _primitive._lowering). XLA passes attributes
@@ -48,7 +49,7 @@ _native_handler: _native.NativeHandler | None = None  # set at registration when
 
 _executors: dict[tuple[int, int], _Executor] = {}
 _cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
-_executors_lock = threading.Lock()
+_executors_lock = threading.RLock()  # re-entrant: releasing plans drops executors
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -88,6 +89,34 @@ class _CallError(Exception):
     def __init__(self, code: _xla_ffi.ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+# The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
+# an executable JAX still holds without its lease (its C++ dispatch cache, or a launch queued on a CUDA
+# stream or captured in a command buffer) may still reach that code, and a released plan is recovered
+# while its kernel lives. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
+_retained: weakref.WeakKeyDictionary[Any, dict[int, _internals.EntryPoints]] = weakref.WeakKeyDictionary()
+
+
+def _drop_executors(handles: list[int]) -> None:
+    """Drop the executors of released plan handles (the registry's release hook).
+
+    This is the one place `_ffi` learns of releases. A dropped kernel executor's loaded code is
+    kept in `_retained` until its kernel is collected, so a release never unloads code that
+    something still able to call the kernel might run.
+    """
+    released = set(handles)
+    with _executors_lock:
+        for key in [k for k in _executors if k[0] in released]:
+            executor = _executors.pop(key)
+            entry = getattr(executor, "entry", None)
+            if entry is not None:
+                _retained.setdefault(executor.plan.target, {})[id(entry.module_exec)] = entry
+        for handle in released:
+            _cpu_executors.pop(handle, None)
+
+
+registry.on_release(_drop_executors)
 
 
 def ensure_registered() -> None:
@@ -160,8 +189,8 @@ def _name(frame: int) -> str:
             if name == "plan" and kind == _xla_ffi.AttrType.SCALAR:
                 code, ptr = _xla_ffi.read_scalar(value)
                 handle = ctypes.c_int64.from_address(ptr).value
-                if code == _xla_ffi.DataType.S64 and 0 <= handle < len(registry):
-                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"
+                if code == _xla_ffi.DataType.S64:
+                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"  # ReleasedPlanError: below
     except Exception:
         pass
     return TARGET
@@ -224,7 +253,7 @@ def _check_attrs(frame: int, names: int) -> int:
 
 
 def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
-    with _executors_lock:
+    with _executors_lock, _internals.warp_lock():  # an executor loads the kernel's module
         executor = _executors.get(key)
         if executor is None:
             plan = _plan(key[0])
@@ -249,15 +278,16 @@ def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
 
 
 def _plan(handle: int) -> Plan:
-    """The plan behind ``handle``; `_CallError` if this process's registry has no such handle."""
-    count = len(registry)
-    if not 0 <= handle < count:
-        raise _CallError(
-            _xla_ffi.ErrorCode.INVALID_ARGUMENT,
-            f"plan handle {handle} is not one this process made (its registry holds handles 0 to {count - 1}); "
-            "handles are given by jarp's lowering, never written by hand.",
-        )
-    return registry.plan(handle)
+    """The plan behind ``handle``; `_CallError` if this process never made it or released it.
+
+    A handle never made is ``INVALID_ARGUMENT``; one released (no executable lowered with it alive,
+    and its kernel or function collected) is ``FAILED_PRECONDITION``.
+    """
+    try:
+        return registry.plan(handle)
+    except ReleasedPlanError as e:
+        code = _xla_ffi.ErrorCode.FAILED_PRECONDITION if e.released else _xla_ffi.ErrorCode.INVALID_ARGUMENT
+        raise _CallError(code, str(e)) from None
 
 
 class _FrameBuffers:
@@ -283,7 +313,16 @@ class _FrameBuffers:
         one of its dims (none for a scalar), compared with constants. Only integers from the plan enter the
         generated source.
         """
-        env: dict[str, Any] = {"_COUNTS": _COUNTS, "_BUFFER": _BUFFER, "_MEM": _MEM, "fail": self._fail}
+        # `fail` reaches this object weakly: a bound method in the generated function's globals would make
+        # a reference cycle, and a dropped executor would keep its plan (and kernel) until the next gc.
+        this = weakref.ref(self)
+
+        def fail(frame: int, side: int, index: int) -> None:
+            buffers = this()
+            assert buffers is not None, "the executor calling `pointers` holds its _FrameBuffers"
+            buffers._fail(frame, side, index)
+
+        env: dict[str, Any] = {"_COUNTS": _COUNTS, "_BUFFER": _BUFFER, "_MEM": _MEM, "fail": fail}
         lines = [
             "def pointers(frame):",
             f"    nargs, args, nrets, rets = _COUNTS(_MEM, frame + {_FRAME_ARGS_SIZE})",

@@ -238,7 +238,7 @@ def list_plans() -> list[PlanInfo]:
     devices: dict[int, list[str]] = {}
     for handle, ordinal in keys:
         devices.setdefault(handle, []).append(_device_name(ordinal))
-    return [_plan_info(h, plan, tuple(devices.get(h, ()))) for h, plan in enumerate(registry.plans())]
+    return [_plan_info(h, plan, tuple(devices.get(h, ()))) for h, plan in registry.items()]
 
 
 # -- Warp modules: generated source and ahead-of-time builds --------------------------------------

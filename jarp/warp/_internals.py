@@ -62,6 +62,7 @@ __all__ = [
     "struct_instance_ctype",
     "struct_instance_type",
     "struct_name",
+    "take_build_failures",
     "warp_lock",
 ]
 
@@ -70,6 +71,8 @@ __all__ = [
 # jarp takes this one re-entrant lock around every call that asks Warp to create, overload,
 # generate code for, build or load anything.
 _WARP_LOCK = threading.RLock()
+# Modules whose build raised since `take_build_failures` was last called.
+_build_failures: list[str] = []
 # Warp's default block dims: CUDA runs 256 threads per block; the CPU runs one thread per
 # block unless ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative.
 _CPU_BLOCK_DIM = 1
@@ -90,6 +93,16 @@ def warp_lock() -> threading.RLock:
         ```
     """
     return _WARP_LOCK
+
+
+def take_build_failures() -> list[str]:
+    """The names of the Warp modules whose build raised since the last call (and forget them)."""
+    if not _build_failures:
+        return []
+    with _WARP_LOCK:
+        failed = list(_build_failures)
+        _build_failures.clear()
+    return failed
 
 
 def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
@@ -218,7 +231,11 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
         check_cpu_support(f"kernel {kernel.key!r}")
     resolved = resolve_block_dim(device, block_dim)
     with _WARP_LOCK:
-        module_exec = kernel.module.load(device, resolved)
+        try:
+            module_exec = kernel.module.load(device, resolved)
+        except BaseException:
+            _build_failures.append(kernel.module.name)
+            raise
         if module_exec is None:
             raise RuntimeError(
                 f"Failed to load Warp module '{kernel.module.name}' on device '{device}' after a previous build "

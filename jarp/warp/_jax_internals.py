@@ -17,7 +17,7 @@ from jax._src import effects as _effects
 from jax._src import mesh as _mesh
 from jax._src import util as _util
 
-__all__ = ["Effect", "check_internals", "clear_with_jax", "register_effect", "varying_aval"]
+__all__ = ["Effect", "check_internals", "clear_with_jax", "register_effect", "varying_aval", "weak_cache_key_type"]
 
 Effect = _effects.Effect
 
@@ -42,6 +42,15 @@ def clear_with_jax(cache: Any, name: str) -> None:
     _util.register_cache(cache, name)
 
 
+def weak_cache_key_type(cls: type[Any]) -> None:
+    """Have JAX's equation caches (``multi_weakref_lru_cache``: abstract evaluation) hold ``cls`` params weakly.
+
+    Otherwise JAX keeps the last 2048 primitive parameters it evaluated alive until
+    ``jax.clear_caches()``; for jarp's ``Plan`` that would keep every kernel it ran alive.
+    """
+    _util.weakref_cache_key_types.add(cls)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
     for name in (
@@ -56,3 +65,4 @@ def check_internals() -> None:
     assert callable(_mesh.get_abstract_mesh), "jax._src.mesh.get_abstract_mesh is gone"
     assert callable(_util.register_cache), "jax._src.util.register_cache is gone"
     assert callable(_util.clear_all_caches), "jax._src.util.clear_all_caches is gone"
+    assert isinstance(_util.weakref_cache_key_types, set), "jax._src.util.weakref_cache_key_types changed"

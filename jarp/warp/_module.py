@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import gc
 import os
 import sys
 import threading
@@ -23,9 +24,9 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 
-from . import _adjoint, _eager, _rules
+from . import _adjoint, _eager, _internals, _rules
 from ._binding import BoundCall, bind_arguments
-from ._plans import Plan
+from ._plans import Plan, registry
 from ._primitive import CallConfig
 from ._signature import Signature, check_vmap_method, normalize_output_dims
 
@@ -76,6 +77,13 @@ class AbstractWarpModule(eqx.Module):
                 self._describe(self._unresolved_target()),
                 primal_differentiable=self.enable_backward,
             )
+        # Before building anything: a kernel whose plans are released leaves Warp's live set, so
+        # the module build below does not include (and keep) it.
+        registry.release_idle()
+        if _internals.take_build_failures():
+            # A kernel whose build failed is often kept only by reference cycles (the traceback of
+            # the error): collect them once, so that Warp's next build of that module leaves it out.
+            gc.collect()
         target = self._resolve(args)
         what = self._describe(target)
         bound = bind_arguments(self._signature(target), args, what=what, runtime_scalars=self._runtime_scalars)

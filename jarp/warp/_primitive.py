@@ -98,6 +98,10 @@ def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
 
 warp_call_p.def_impl(_impl)
 _errors.reraising_codes.add(_impl.__code__)
+# Plan-keyed caches hold plans (and so kernels); jax.clear_caches() clears them with JAX's own.
+_jax_internals.clear_with_jax(_compiled, "jarp.warp eager primitive executables")
+_jax_internals.clear_with_jax(registry, "jarp.warp plan registry")
+_jax_internals.weak_cache_key_type(Plan)
 
 
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
@@ -113,7 +117,10 @@ def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     )
     # `session` makes the compiled call (and so JAX's persistent-cache key) unique to this process:
     # plan handles index a process-local registry, so an executable must never be reused by another process.
-    return rule(ctx, *operands, plan=np.int64(registry.handle(plan)), session=_ffi.SESSION)
+    # The lease keeps the plan registered while the executable (or its lowered/compiled stage) lives.
+    handle, lease = registry.lease(plan)
+    ctx.module_context.add_keepalive(lease)
+    return rule(ctx, *operands, plan=np.int64(handle), session=_ffi.SESSION)
 
 
 mlir.register_lowering(warp_call_p, _lowering)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -32,7 +31,6 @@ class _GenericStructMeta(type):
     _jarp_template: type
     _jarp_cache: dict[Any, Any]
     _jarp_fields: dict[Any, tuple[str, ...]]
-    _jarp_lock: threading.Lock
 
     def __getitem__(cls, dtype: Any) -> Any:
         """Return the Warp struct specialised for the Warp scalar type `dtype`, building it on first use."""
@@ -42,7 +40,9 @@ class _GenericStructMeta(type):
         cached = cls._jarp_cache.get(dtype)
         if cached is not None:
             return cached
-        with cls._jarp_lock:
+        # Warp's lock, not one of the class's own: a generic callable's factory (run under Warp's
+        # lock) may specialise a struct, and two locks taken in both orders could deadlock.
+        with _internals.warp_lock():
             cached = cls._jarp_cache.get(dtype)
             if cached is None:
                 cached = cls._jarp_cache[dtype] = cls._jarp_specialise(dtype)
@@ -68,8 +68,7 @@ class _GenericStructMeta(type):
         specialised_cls = type(template)(template.__name__, (template,), namespace)
         try:
             # A module of its own: adding a struct to an existing Warp module would force it to rebuild.
-            with _internals.warp_lock():  # Warp registers the struct in a new module
-                result = wp.struct(specialised_cls, module="unique")
+            result = wp.struct(specialised_cls, module="unique")  # under Warp's lock (__getitem__)
         except Exception as err:
             err.add_note(f"while building the Warp struct {name} from {template.__qualname__}.__annotations_factory__")
             raise
@@ -176,5 +175,4 @@ def struct(cls: _T) -> _T:
     generic._jarp_template = cls
     generic._jarp_cache = {}
     generic._jarp_fields = {}
-    generic._jarp_lock = threading.Lock()
     return cast("_T", generic)

@@ -133,7 +133,7 @@ def test_per_call_block_dim_overrides_the_module_option() -> None:
     np.testing.assert_allclose(jax.jit(f)(a), jnp.sum(a, axis=1), rtol=1e-6)
     (handle,) = _plan_handles(jax.jit(f).trace(a).lower().as_text())
     assert registry.plan(handle).block_dim == 32
-    assert list_plans()[handle].block_dim == 32
+    assert {p.handle: p for p in list_plans()}[handle].block_dim == 32
     (default,) = _plan_handles(jax.jit(lambda a: row_sum(a, launch_dims=(4, BLOCK))[0]).trace(a).lower().as_text())
     assert registry.plan(default).block_dim == BLOCK
 
@@ -287,7 +287,7 @@ def test_tile_kernel_lowers_for_cuda_with_its_block_dim() -> None:
     (handle,) = _plan_handles(lowered.as_text())
     plan = registry.plan(handle)
     assert (plan.block_dim, plan.launch_dims) == (128, (3, 2, 128))
-    info = list_plans()[handle]
+    info = {p.handle: p for p in list_plans()}[handle]
     assert info.block_dim == 128
     assert "block dim 128" in str(info)
 

@@ -38,8 +38,10 @@ def test_equal_plans_share_a_handle():
     m1 = jax_kernel(k.triple_kernel)
     m2 = jax_kernel(k.triple_kernel)
     x = jnp.ones(5, jnp.float32)
-    t1 = jax.jit(lambda x: m1(x)[0]).lower(x).as_text()
-    t2 = jax.jit(lambda x: m2(x)[0]).lower(x).as_text()
+    # both lowerings alive: a handle stays registered while something lowered with it lives
+    lowered1 = jax.jit(lambda x: m1(x)[0]).lower(x)
+    lowered2 = jax.jit(lambda x: m2(x)[0]).lower(x)
+    t1, t2 = lowered1.as_text(), lowered2.as_text()
     assert "jarp_warp_call" in t1
     assert t1 == t2
 

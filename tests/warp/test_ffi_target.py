@@ -80,6 +80,24 @@ f = jax.jit(lambda x: m(x)[0])
 H = int(re.search(r"plan = (-?[0-9]+)", f.lower(x).as_text()).group(1))
 S = int(_ffi.SESSION)
 np.testing.assert_array_equal(np.asarray(f(x)), 3 * np.arange(8, dtype=np.float32))
+
+
+def released_handle():
+    # the handle of a plan released with its kernel: lowered, dropped, then replaced in Warp's module
+    import gc
+    from tests.warp.test_lifetimes import _make_kernel
+
+    g = jax.jit(lambda x, m=jax_kernel(_make_kernel(2)): m(x)[0])
+    handle = int(re.search(r"plan = (-?[0-9]+)", g.lower(x).as_text()).group(1))
+    del g
+    jax.clear_caches()
+    jax_kernel(_make_kernel(3))(x)  # Warp's module keeps this kernel of the same key instead; a safe point
+    gc.collect()
+    assert handle not in _plans.registry
+    return handle
+
+
+R = released_handle()
 f32 = jnp.float32
 CASES = {
     "no_attributes": ({}, [((8,), f32)], ((8,), f32)),
@@ -88,8 +106,9 @@ CASES = {
     "int32_plan": ({"plan": np.int32(H), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)),
     "negative_handle": ({"plan": np.int64(-1), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)),
     "handle_past_the_end": (
-        {"plan": np.int64(len(_plans.registry) + 7), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)
+        {"plan": np.int64(max(H, R) + 1000), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)
     ),
+    "released_handle": ({"plan": np.int64(R), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)),
     "extra_attribute": (
         {"aaa": np.int64(H), "plan": np.int64(H), "session": np.int64(S)}, [((8,), f32)], ((8,), f32)
     ),
@@ -126,6 +145,7 @@ _EXPECTED = [
     ("int32_plan", "INVALID_ARGUMENT", ["attribute 'plan' must be an int64 scalar, got int32"]),
     ("negative_handle", "INVALID_ARGUMENT", ["plan handle -1 is not one this process made"]),
     ("handle_past_the_end", "INVALID_ARGUMENT", ["is not one this process made"]),
+    ("released_handle", "FAILED_PRECONDITION", ["was released", "call the jarp module again"]),
     ("extra_attribute", "INVALID_ARGUMENT", ["attribute 'aaa' is not one of them"]),
     ("plan_only", "INVALID_ARGUMENT", ["attribute 'session' is missing"]),
     ("wrong_session", "FAILED_PRECONDITION", ["session token mismatch", "recompile it in this process"]),

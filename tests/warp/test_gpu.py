@@ -281,7 +281,7 @@ def _check_lowering(
         # the IR's aliases are the plan's (operand, result) pairs; a single result is not a tuple
         single = len(plan.results) == 1
         assert [(() if single else (r,), o) for o, r in plan.aliases] == call["aliases"]
-        info = list_plans()[call["plan"]]
+        info = {p.handle: p for p in list_plans()}[call["plan"]]
         assert info.handle == call["plan"]
         assert info.kind == kind
 

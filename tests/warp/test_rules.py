@@ -82,7 +82,7 @@ def _adjoint_launches(fn, *args):
     from jarp.warp import list_plans
 
     text = jax.jit(fn).lower(*args).as_text()
-    plans = list_plans()
+    plans = {p.handle: p for p in list_plans()}
     handles = [int(h) for h in re.findall(r"plan = (\d+) : i64", text)]
     return sorted((plans[h].kind, plans[h].kernel) for h in handles if plans[h].kind == "adjoint")
 

@@ -1,0 +1,345 @@
+"""What jarp keeps alive: failed builds are retried after a fix, dropped kernels are released with their plans.
+
+Unit: the caches keyed on user kernels and functions (``_weakcache``: signatures, overloads, runtime-scalar variants,
+preloads, generic callables' specialisations), the eager executables (``_eager._Executables``), and the plan registry's
+leases (``_plans._Registry``: a handle stays registered while an executable lowered with it lives, and is released
+at the next trace or ``jax.clear_caches()`` once none does). Measured with weak references, ``gc.collect()`` and
+``tracemalloc``; Warp alone is the reference for what stays alive (its module keeps the latest kernel of each key).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+import tracemalloc
+import uuid
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+
+from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
+from jarp.warp._plans import ReleasedPlanError, registry
+
+_MODULE = """
+import warp as wp
+
+
+@wp.kernel
+def untouched(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] + 1.0
+
+
+@wp.kernel
+def edited(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * {expr}
+"""
+
+
+@pytest.fixture
+def notebook(tmp_path: Path) -> Callable[[str], ModuleType]:
+    """Write and (re)load a module the way a notebook re-run redefines its kernels: same name, same namespace."""
+    name = f"jarp_lifetimes_{uuid.uuid4().hex}"
+    path = tmp_path / f"{name}.py"
+    sys.path.insert(0, str(tmp_path))
+    loaded: list[ModuleType] = []
+
+    def define(expr: str) -> ModuleType:
+        path.write_text(_MODULE.format(expr=expr))
+        importlib.invalidate_caches()
+        if not loaded:
+            loaded.append(importlib.import_module(name))
+        else:
+            importlib.reload(loaded[0])  # the source's size changes, so its cached bytecode is not reused
+        return loaded[0]
+
+    yield define
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop(name, None)
+
+
+def _codegen_error() -> tuple[type[Exception], ...]:
+    """Warp's code-generation errors (an undefined name raises the ``KeyError`` one)."""
+    from warp._src.codegen import WarpCodegenError, WarpCodegenKeyError
+
+    return (WarpCodegenError, WarpCodegenKeyError)
+
+
+# ======================================================================================================================
+# A failed build is retried after the fix
+# ======================================================================================================================
+
+
+def test_fixed_kernel_and_untouched_kernels_of_its_module_work_after_a_codegen_error(notebook) -> None:
+    x = jnp.arange(3.0, dtype=jnp.float32)
+    module = notebook("undefined_name")
+    with pytest.raises(_codegen_error(), match="undefined_name"):
+        jax_kernel(module.edited)(x)
+    module = notebook("2.0")  # the user fixes the cell and runs it again
+    (fixed,) = jax_kernel(module.edited)(x)
+    np.testing.assert_array_equal(fixed, np.arange(3.0) * 2)
+    (other,) = jax_kernel(module.untouched)(x)
+    np.testing.assert_array_equal(other, np.arange(3.0) + 1)
+
+
+def test_fixed_kernel_works_under_jit_after_a_codegen_error(notebook) -> None:
+    x = jnp.arange(3.0, dtype=jnp.float32)
+    module = notebook("undefined_name")
+    with pytest.raises(_codegen_error()):
+        jax.jit(lambda x: jax_kernel(module.edited)(x)[0])(x)
+    module = notebook("3.0")
+    out = jax.jit(lambda x: jax_kernel(module.edited)(x)[0])(x)
+    np.testing.assert_array_equal(out, np.arange(3.0) * 3)
+
+
+def test_generic_factory_that_failed_is_called_again() -> None:
+    calls = []
+
+    def factory(dtype):
+        calls.append(dtype)
+        if len(calls) == 1:
+            raise RuntimeError("first try fails")
+        return [wp.array(dtype=dtype), wp.array(dtype=dtype), wp.array(dtype=dtype)]
+
+    from tests.warp import kernels64 as k64
+
+    m = jax_kernel(k64.generic_add_kernel, arg_types_factory=lambda a, b: factory(a))
+    a = jnp.arange(4.0, dtype=jnp.float32)
+    with pytest.raises(RuntimeError, match="first try fails"):
+        m(a, a)
+    (out,) = m(a, a)  # failures are not cached
+    np.testing.assert_array_equal(out, np.arange(4.0) * 2)
+    m(a, a)
+    assert calls == [wp.float32, wp.float32]  # successes are
+
+
+# ======================================================================================================================
+# Dropped kernels are released
+# ======================================================================================================================
+
+
+def _make_kernel(i: int) -> Any:
+    @wp.kernel
+    def scale_by(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+        t = wp.tid()
+        out[t] = a[t] * float(i)
+
+    return scale_by
+
+
+def _alive(refs: list[weakref.ref[Any]]) -> int:
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "grad", "runtime scalar"])
+def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    refs = []
+    for i in range(1, 9):
+        kernel = _make_kernel(i)
+        refs.append(weakref.ref(kernel))
+        m = jax_kernel(kernel, enable_backward=how == "grad")
+        if how == "eager":
+            (y,) = m(x)
+        elif how == "jit":
+            y = jax.jit(lambda x, m=m: m(x)[0])(x)
+        elif how == "grad":
+            y = jax.grad(lambda x, m=m: jnp.sum(m(x)[0]))(x) * x
+        else:
+            y = jnp.asarray(np.arange(4.0, dtype=np.float32) * i)  # the variant below is checked instead
+            variant = jax_kernel(_runtime_scalar_kernel(i))
+            refs.append(weakref.ref(variant.kernel))
+            (z,) = variant(x, jnp.float32(i))
+            np.testing.assert_array_equal(z, np.arange(4.0) * i)
+            del variant, z
+        np.testing.assert_array_equal(y, np.arange(4.0) * i)
+        del kernel, m, y
+    jax.clear_caches()
+    # Warp keeps the latest kernel of each key in its module, and the kernels its last build saw until the
+    # module changes: one more kernel of each key replaces them. jarp then keeps none of the dropped ones.
+    (y,) = jax_kernel(_make_kernel(9))(x)
+    (z,) = jax_kernel(_runtime_scalar_kernel(9))(x, jnp.float32(2))
+    np.testing.assert_array_equal(z, np.arange(4.0) * 2)
+    del y, z
+    assert _alive(refs) == 0
+
+
+def _runtime_scalar_kernel(i: int) -> Any:
+    @wp.kernel
+    def scale_rt(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+        t = wp.tid()
+        out[t] = a[t] * s + float(i - i)
+
+    return scale_rt
+
+
+def test_dropped_kernels_are_released_without_clearing_jax_caches() -> None:
+    # Each call's executable goes with its module; its plan is released at the next trace.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    refs = []
+    for i in range(1, 9):
+        kernel = _make_kernel(i)
+        refs.append(weakref.ref(kernel))
+        (y,) = jax_kernel(kernel)(x)
+        np.testing.assert_array_equal(y, np.arange(4.0) * i)
+        del kernel, y
+        gc.collect()
+        assert _alive(refs) <= 2  # this one, and the previous one until the next trace releases its plan
+    assert _alive(refs) <= 2
+
+
+def test_dropped_callable_is_released() -> None:
+    def make(i: int) -> Callable[..., None]:
+        kernel = _make_kernel(i)
+
+        def launch(a: wp.array(dtype=float), out: wp.array(dtype=float)) -> None:
+            wp.launch(kernel, dim=a.shape, inputs=[a], outputs=[out])
+
+        return launch
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    refs = []
+    for i in range(1, 5):
+        func = make(i)
+        refs.append(weakref.ref(func))
+        (y,) = jax_callable(func)(x)
+        np.testing.assert_array_equal(y, np.arange(4.0) * i)
+        del func, y
+    jax.clear_caches()
+    assert _alive(refs) == 0
+
+
+def test_a_live_executable_keeps_its_plan_and_runs_after_its_kernel_module_is_dropped() -> None:
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(5)
+    ref = weakref.ref(kernel)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    del kernel
+    jax.clear_caches()
+    jax_kernel(_make_kernel(6))(x)  # another trace: a safe point for releases
+    assert _alive([ref]) == 1  # the compiled executable holds a lease on its plan
+    np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
+    del compiled
+    jax_kernel(_make_kernel(7))(x)
+    assert _alive([ref]) == 0
+
+
+def test_released_handle_fails_loudly_and_is_never_reused() -> None:
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(3)
+    lowered = _lower(jax_kernel(kernel), x)
+    (handle,) = [int(h) for h in _handles(lowered.as_text())]
+    assert registry.plan(handle).target is kernel
+    ref = weakref.ref(kernel)
+    del lowered
+    jax.clear_caches()
+    gc.collect()
+    assert handle not in registry  # released: no executable uses it
+    assert registry.plan(handle).target is kernel  # but recoverable while the kernel lives on
+    del kernel
+    (y,) = jax_kernel(_make_kernel(4))(x)  # Warp's module now keeps this kernel of the same name instead
+    np.testing.assert_array_equal(y, np.arange(4.0) * 4)
+    assert _alive([ref]) == 0
+    with pytest.raises(ReleasedPlanError, match=f"plan handle {handle} was released"):
+        registry.plan(handle)
+    with pytest.raises(ReleasedPlanError, match="plan handle 1000000000 is not one this process made"):
+        registry.plan(10**9)
+    (new,) = [int(h) for h in _handles(_lower(jax_kernel(_make_kernel(3)), x).as_text())]
+    assert new > handle
+
+
+def test_an_executable_deserialised_in_this_process_holds_its_own_lease() -> None:
+    from jax.experimental import serialize_executable
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(6)
+    ref = weakref.ref(kernel)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    loaded = serialize_executable.deserialize_and_load(*serialize_executable.serialize(compiled))
+    del compiled, kernel
+    jax.clear_caches()
+    jax_kernel(_make_kernel(7))(x)  # a safe point, and Warp's module keeps this kernel of the same key instead
+    assert _alive([ref]) == 1  # the deserialised copy's lease keeps the plan
+    np.testing.assert_array_equal(loaded(x), np.arange(4.0) * 6)
+    del loaded
+    jax_kernel(_make_kernel(8))(x)
+    assert _alive([ref]) == 0
+
+
+def test_released_plans_drop_their_executors() -> None:
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    before = _ffi.executor_count()
+    for i in range(1, 6):
+        (y,) = jax_kernel(_make_kernel(i))(x)
+        np.testing.assert_array_equal(y, np.arange(4.0) * i)
+        del y
+    jax.clear_caches()
+    gc.collect()
+    assert _ffi.executor_count() <= before
+
+
+def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
+    # An executable JAX holds without its lease may still reach the code; it is unloaded with the kernel.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(5)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
+    (handle,) = [int(h) for h in _handles(compiled.as_text())]
+    module_exec = weakref.ref(_ffi._cpu_executors[handle].entry.module_exec)
+    del compiled
+    jax.clear_caches()
+    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
+    assert handle not in registry  # released
+    assert handle not in _ffi._cpu_executors  # its executor dropped
+    assert _alive([module_exec]) == 1  # but the code it called stays loaded while the kernel lives
+    del kernel
+    jax_kernel(_make_kernel(7))(x)
+    assert _alive([module_exec]) == 0
+
+
+def _lower(module: Any, x: jax.Array) -> Any:
+    """``jit(module)`` lowered for ``x`` (the lowered stage keeps the plans' leases)."""
+    return jax.jit(lambda x: module(x)[0]).lower(x)
+
+
+def _handles(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"plan = (\d+) : i64", text)
+
+
+def test_memory_is_bounded_over_200_create_call_drop_cycles() -> None:
+    x = jnp.arange(16.0, dtype=jnp.float32)
+
+    def cycles(n: int, start: int) -> None:
+        for i in range(start, start + n):
+            kernel = _make_kernel(i % 7 + 1)
+            (y,) = jax_kernel(kernel)(x)
+            assert float(y[1]) == i % 7 + 1
+            del kernel, y
+        jax.clear_caches()
+        gc.collect()
+
+    cycles(20, 0)  # warm-up: JAX's and Warp's one-time state
+    tracemalloc.start()
+    try:
+        cycles(90, 20)
+        first, _ = tracemalloc.get_traced_memory()
+        cycles(90, 110)
+        second, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # A leak of one kernel, plan and executable per cycle is hundreds of KiB per 90 cycles.
+    assert second - first < 256 * 1024, f"grew {(second - first) / 1024:.0f} KiB over 90 cycles"
+    assert sum("scale_by" in getattr(p.target, "key", "") for p in _plans.registry.plans()) == 0
