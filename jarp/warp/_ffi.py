@@ -114,6 +114,9 @@ def _drop_executors(handles: list[int]) -> None:
                 _retained.setdefault(executor.plan.target, {})[id(entry.module_exec)] = entry
         for handle in released:
             _cpu_executors.pop(handle, None)
+        if _native_handler is not None:
+            # A later frame naming a released handle finds no descriptor and goes to the Python callback.
+            _native_handler.withdraw(handles)
 
 
 registry.on_release(_drop_executors)
@@ -513,7 +516,7 @@ class _KernelExecutor(_Executor):
             entry=entry,
             cuda=self._cuda_launch(),
             failure=f"jarp: Warp failed to launch kernel {self.plan.target.key!r} on {self.device} (native launch)",
-            keep=self,  # the entry points, bounds and blocks stay alive with the executor
+            keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
         )
 
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:

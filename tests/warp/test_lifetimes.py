@@ -29,6 +29,8 @@ import warp as wp
 from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
 from jarp.warp._plans import ReleasedPlanError, registry
 
+pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
+
 _MODULE = """
 import warp as wp
 
@@ -279,14 +281,25 @@ def test_an_executable_deserialised_in_this_process_holds_its_own_lease() -> Non
 
 def test_released_plans_drop_their_executors() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
+    jax.clear_caches()
+    gc.collect()
+    _plans.registry.release_idle()
+    native = _ffi._native_handler
     before = _ffi.executor_count()
+    published = native.published() if native is not None else 0
     for i in range(1, 6):
         (y,) = jax_kernel(_make_kernel(i))(x)
         np.testing.assert_array_equal(y, np.arange(4.0) * i)
         del y
+        if native is not None:
+            # the live plan's launch descriptor is published (the previous kernels' plans may be released already)
+            assert native.published() >= published + 1
     jax.clear_caches()
     gc.collect()
+    _plans.registry.release_idle()
     assert _ffi.executor_count() <= before
+    if native is not None:
+        assert native.published() <= published  # released plans' descriptors are withdrawn
 
 
 def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
