@@ -44,7 +44,8 @@ def inputs() -> tuple[list[float], list[float], float]:
 
 def main(port: int, process_id: int) -> dict[str, object]:
     """Join the two-process job, run the sharded kernel forward and backward, and return what to report."""
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # --8<-- [start:distributed]
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # JAX's default for CPU processes
     jax.distributed.initialize(
         coordinator_address=f"127.0.0.1:{port}",
         num_processes=N_PROCESSES,
@@ -74,6 +75,7 @@ def main(port: int, process_id: int) -> dict[str, object]:
 
     out = jax.jit(per_shard)(a, b, s)
     value, (ga, gb, gs) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(a, b, s)
+    # --8<-- [end:distributed]
     assert len(out.addressable_shards) == LOCAL_DEVICES
     assert not out.is_fully_addressable
 
