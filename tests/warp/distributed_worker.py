@@ -82,22 +82,21 @@ def main(port: int, process_id: int) -> dict[str, object]:
     def gathered(x: jax.Array) -> list[float]:
         return np.asarray(multihost_utils.process_allgather(x, tiled=True), np.float64).ravel().tolist()
 
-    plans = [
-        {"kind": p.kind, "launch_dims": list(p.launch_dims), "devices": list(p.devices)}
-        for p in list_plans()
-        if p.kernel.startswith(k.scale_sum_square.key)  # jarp's runtime-scalar variant of the kernel
-    ]
-    return {
-        "process": jax.process_index(),
-        "session": int(_ffi.SESSION),
-        "launch_path": _ffi.launch_path(),
-        "plans": plans,
+    # Gather first: it waits for the computations, so every plan has run by the time the registry is listed.
+    result: dict[str, object] = {
         "out": gathered(out),
         "value": gathered(value),
         "ga": gathered(ga),
         "gb": gathered(gb),
         "gs": gathered(gs),
     }
+    plans = [
+        {"kind": p.kind, "launch_dims": list(p.launch_dims), "devices": list(p.devices)}
+        for p in list_plans()
+        if p.kernel.startswith(k.scale_sum_square.key)  # jarp's runtime-scalar variant of the kernel
+    ]
+    result.update(process=jax.process_index(), session=int(_ffi.SESSION), launch_path=_ffi.launch_path(), plans=plans)
+    return result
 
 
 if __name__ == "__main__":
