@@ -1,0 +1,115 @@
+"""One of two `jax.distributed` processes that run a jarp kernel under `shard_map` over a global mesh.
+
+`tests/warp/test_distributed.py` starts this module twice on localhost (process ids 0 and 1), each with two CPU
+devices, so the global mesh has four devices split across two processes; cross-process collectives go through gloo.
+Each process defines the same kernel (it imports `tests.warp.kernels`), lowers its own program and registers its own
+plans, then computes ``sum((a * s + b) ** 2)`` with the kernel on each shard, and its gradient in ``a``, ``b`` and
+the replicated scalar ``s`` (whose cotangent is summed over all four devices, across the process boundary). It
+prints one ``RESULT <json>`` line with the gathered values and what it registered.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
+        python -m tests.warp.distributed_worker <coordinator port> <process id>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+# Importing jarp and defining kernels does not start a JAX backend, so it may come before jax.distributed.initialize.
+from jarp.warp import _ffi, jax_kernel, list_plans
+
+from . import kernels as k
+
+N_PROCESSES = 2
+LOCAL_DEVICES = 2
+N = 16  # global length: four elements per device
+
+
+def inputs() -> tuple[list[float], list[float], float]:
+    """The global inputs ``a``, ``b`` and the scalar ``s``, the same in every process (and in the test)."""
+    a = [-2.0 + 0.25 * i for i in range(N)]
+    b = [0.5 - 0.125 * i for i in range(N)]
+    return a, b, 1.5
+
+
+def main(port: int, process_id: int) -> dict[str, object]:
+    """Join the two-process job, run the sharded kernel forward and backward, and return what to report."""
+    # --8<-- [start:distributed]
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # JAX's default for CPU processes
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=N_PROCESSES,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
+
+    assert jax.process_count() == N_PROCESSES, jax.process_count()
+    assert jax.local_device_count() == LOCAL_DEVICES, jax.local_devices()
+    assert jax.device_count() == N_PROCESSES * LOCAL_DEVICES, jax.devices()
+
+    layer = jax_kernel(k.scale_sum_square, enable_backward=True)
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    sharded = NamedSharding(mesh, P("d"))
+    a_host, b_host, s_host = (np.asarray(v, np.float32) for v in inputs())
+    # Each process places only its own shards; the global arrays span both processes.
+    a = jax.make_array_from_callback((N,), sharded, lambda index: a_host[index])
+    b = jax.make_array_from_callback((N,), sharded, lambda index: b_host[index])
+    s = jax.device_put(jnp.float32(s_host), NamedSharding(mesh, P()))  # replicated over the global mesh
+
+    per_shard = jax.shard_map(
+        lambda a, b, s: layer(a, b, s)[0], mesh=mesh, in_specs=(P("d"), P("d"), P()), out_specs=P("d")
+    )
+
+    def loss(a: jax.Array, b: jax.Array, s: jax.Array) -> jax.Array:
+        return jnp.sum(per_shard(a, b, s))
+
+    out = jax.jit(per_shard)(a, b, s)
+    value, (ga, gb, gs) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(a, b, s)
+    # --8<-- [end:distributed]
+    assert len(out.addressable_shards) == LOCAL_DEVICES
+    assert not out.is_fully_addressable
+
+    def gathered(x: jax.Array) -> list[float]:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True), np.float64).ravel().tolist()
+
+    # Gather first: it waits for the computations, so every plan has run by the time the registry is listed.
+    result: dict[str, object] = {
+        "out": gathered(out),
+        "value": gathered(value),
+        "ga": gathered(ga),
+        "gb": gathered(gb),
+        "gs": gathered(gs),
+    }
+    plans = [
+        {"kind": p.kind, "launch_dims": list(p.launch_dims), "devices": list(p.devices)}
+        for p in list_plans()
+        if p.kernel.startswith(k.scale_sum_square.key)  # jarp's runtime-scalar variant of the kernel
+    ]
+    result.update(process=jax.process_index(), session=int(_ffi.SESSION), launch_path=_ffi.launch_path(), plans=plans)
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        result = main(int(sys.argv[1]), int(sys.argv[2]))
+        jax.distributed.shutdown()  # a barrier: neither process leaves while the other still needs the coordinator
+    except BaseException:
+        # Exit now: a normal exit would wait for the other process at jax.distributed's shutdown barrier.
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    print("RESULT " + json.dumps(result), flush=True)
+    sys.stderr.flush()
+    # Skip interpreter teardown: destroying a multi-device CPU client after jarp calls ran on its worker threads
+    # hangs now and then (see docs/multi-device.md, "Known issue").
+    os._exit(0)
