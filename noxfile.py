@@ -61,9 +61,10 @@ def docs(session: nox.Session) -> None:
 def example(session: nox.Session) -> None:
     """Fit the per-region stiffness of a hanging Warp spring net (examples/fit_stiffness.py).
 
-    Energy, gradient and Hessian-vector product are Warp kernels in an eqx.Module; the inner equilibrium is a
-    Newton-CG solve in lax.while_loop, the outer gradient comes from implicit differentiation, all under
-    eqx.filter_jit in float64. Writes the trained model and a PNG into the session's tmp directory.
+    Energy, gradient and Hessian-vector product are Warp kernels in an eqx.Module; the inner equilibrium is an
+    optimistix Newton root find with lineax CG on the Warp Hessian product, the outer gradient optimistix's implicit
+    adjoint, the optimiser optax's Adam, all under eqx.filter_jit in float64. Writes the trained model and a PNG into
+    the session's tmp directory.
     """
     session.install("-e", ".[examples]")
     args = session.posargs or ["--out", session.create_tmp()]
