@@ -324,8 +324,8 @@ def equilibrium(net: SpringNet, x_init: Float[Array, "nodes 2"]) -> tuple[Float[
     Hessian-vector product is CG's matrix, the Warp Hessian diagonal at ``x_init`` its preconditioner. Plain Newton
     converges here in about six steps from the rest shape and in one or two from the previous equilibrium during
     training, because the load keeps every spring in tension and so the Hessian positive definite; the hand-written
-    solver this replaces had a backtracking line search that never shortened a step on this problem. A solve that
-    does not converge in ``options.max_newton`` steps raises (``throw=True``) instead of training on a wrong shape.
+    solver this replaced also had a backtracking line search; plain Newton gives the same equilibria and fit to the
+    printed digits, so it is not needed here. A solve that does not converge in ``options.max_newton`` steps raises (``throw=True``) instead of training on a wrong shape.
     """
     opts = net.options
     u_init = net.free * (x_init - net.rest_positions)
