@@ -8,6 +8,9 @@ changes no JAX flag, but its kernels are float64.
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -107,3 +110,76 @@ def test_snh_kernels_match_the_jnp_energy() -> None:
         jax.grad(lambda p: jnp.vdot(jax.grad(ref)(x, mesh, material, p), w))(log_youngs),
         rtol=1e-10,
     )
+
+
+@pytest.mark.example
+def test_hyperelastic_runs_end_to_end(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--nx",
+            "6",
+            "--ny",
+            "2",
+            "--nz",
+            "2",
+            "--regions",
+            "2",
+            "--steps",
+            "40",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # the example must turn float64 on by itself; PYTHONPATH: this checkout's jarp, not an installed one
+        env={
+            **os.environ,
+            "JAX_ENABLE_X64": "0",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
+        check=False,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr}"
+    match = re.search(r"loss: initial (\S+) -> final (\S+)", out)
+    assert match is not None, out
+    initial, final = float(match.group(1)), float(match.group(2))
+    assert final < 1e-2 * initial, out
+    error = re.search(r"modulus error: max relative (\S+)", out)
+    assert error is not None, out
+    assert float(error.group(1)) < 0.05, out
+    assert "round-tripped" in out, out
+    for name in ("beam.eqx", "hyperelastic.png"):
+        assert (tmp_path / name).is_file(), name
+        assert str(tmp_path / name) in out
+    assert (tmp_path / "hyperelastic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.x64
+def test_implicit_gradient_matches_finite_differences() -> None:
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    ex = load_example()
+    mesh = ex.make_beam(4, 1, 1, regions=2)
+    options = ex.SolverOptions(tol=1e-11, cg_rtol=1e-10, adjoint_rtol=1e-12)
+    true_beam = ex.Beam(mesh, ex.true_log_youngs(2, 3), options)
+    u_obs = ex.solve(true_beam, jnp.zeros_like(true_beam.rest), 3)
+    np.testing.assert_allclose(true_beam.residual(u_obs), 0.0, atol=1e-9 * float(jnp.max(jnp.abs(true_beam.load))))
+    start = ex.Beam(mesh, jnp.log(jnp.asarray([0.8e6, 1.3e6])), options)
+
+    def loss(log_youngs: jax.Array) -> jax.Array:
+        beam = eqx.tree_at(lambda b: b.log_youngs, start, log_youngs)
+        return ex.fit_loss(beam, u_obs, u_obs)[0]  # warm start at the observation: a different equilibrium
+
+    log_youngs = start.log_youngs
+    grad = jax.jit(jax.grad(loss))(log_youngs)
+    assert float(jnp.max(jnp.abs(grad))) > 1e-3
+    f = jax.jit(loss)
+    eps = 1e-5
+    fd = np.array([(f(log_youngs.at[i].add(eps)) - f(log_youngs.at[i].add(-eps))) / (2 * eps) for i in range(2)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5)
