@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools as ft
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import equinox as eqx
 import jax
@@ -120,12 +120,12 @@ def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
 # structure, a struct's static value fields, Python scalars) travels as a static `_Layout`.
 
 
-class _Layout(eqx.Module):
+class _Layout(NamedTuple):
     """How to rebuild ``params`` from their array leaves: the tree and its non-array leaves by position."""
 
-    treedef: Any = eqx.field(static=True)
-    statics: tuple[tuple[int, Any], ...] = eqx.field(static=True)
-    n_leaves: int = eqx.field(static=True)
+    treedef: Any
+    statics: tuple[tuple[int, Any], ...]
+    n_leaves: int
 
     def rebuild(self, arrays: Sequence[Any]) -> list[Any]:
         leaves: list[Any] = [None] * self.n_leaves
@@ -136,6 +136,19 @@ class _Layout(eqx.Module):
             if leaves[i] is None:
                 leaves[i] = next(it)
         return list(jax.tree_util.tree_unflatten(self.treedef, leaves))
+
+
+def _cached(make: Callable[[_Layout], Any]) -> Callable[[_Layout], Any]:
+    """``make(layout)`` memoised per layout (one custom_jvp function per parameter layout), uncached if unhashable."""
+    cached = ft.lru_cache(maxsize=256)(make)
+
+    def get(layout: _Layout) -> Any:
+        try:
+            return cached(layout)
+        except TypeError:  # an unhashable static leaf
+            return make(layout)
+
+    return get
 
 
 def _is_array(x: Any) -> bool:
@@ -174,73 +187,79 @@ def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: 
 
 def _energy(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
     layout, arrays = _flatten(params)
-    return _energy_flat(self, layout, x, *arrays)
+    return _energy_rule(layout)(self, x, *arrays)
 
 
 def _gradient(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
     layout, arrays = _flatten(params)
-    return _gradient_flat(self, layout, x, *arrays)
+    return _gradient_rule(layout)(self, x, *arrays)
 
 
-@ft.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _energy_flat(self: Energy, layout: _Layout, x: jax.Array, *leaves: Any) -> jax.Array:
-    return _value(self, x, *layout.rebuild(leaves))
+@_cached
+def _energy_rule(layout: _Layout) -> Any:
+    """The energy as a function of ``(self, x, *array_leaves)``, with its custom_jvp."""
+
+    @jax.custom_jvp
+    def energy_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+        return _value(self, x, *layout.rebuild(leaves))
+
+    def jvp(primals: Any, tangents: Any) -> Any:
+        self, x, *leaves = primals
+        _, dx, *dleaves = tangents
+        e = energy_flat(self, x, *leaves)  # itself, so that an outer forward mode uses this rule again
+        t = jnp.zeros_like(e)
+        if _nonzero(dx):
+            t = t + jnp.vdot(_gradient_rule(layout)(self, x, *leaves), dx)
+        if any(_nonzero(dp) and _is_float(p) for p, dp in zip(leaves, dleaves, strict=True)):
+            grads = _param_vjp(lambda x, *p: _value(self, x, *layout.rebuild(p)), x, leaves, jnp.ones_like(e))
+            for g, dp in zip(grads, dleaves, strict=True):
+                if g is not None and _nonzero(dp):
+                    t = t + jnp.vdot(g, dp)
+        return e, t
+
+    energy_flat.defjvp(jvp, symbolic_zeros=True)
+    return energy_flat
 
 
-def _energy_jvp(layout: _Layout, primals: Any, tangents: Any) -> Any:
-    self, x, *leaves = primals
-    _, dx, *dleaves = tangents
-    e = _energy_flat(self, layout, x, *leaves)  # itself, so that an outer forward mode uses this rule again
-    t = jnp.zeros_like(e)
-    if _nonzero(dx):
-        t = t + jnp.vdot(_gradient_flat(self, layout, x, *leaves), dx)
-    if any(_nonzero(dp) and _is_float(p) for p, dp in zip(leaves, dleaves, strict=True)):
-        grads = _param_vjp(lambda x, *p: _value(self, x, *layout.rebuild(p)), x, leaves, jnp.ones_like(e))
-        for g, dp in zip(grads, dleaves, strict=True):
-            if g is not None and _nonzero(dp):
-                t = t + jnp.vdot(g, dp)
-    return e, t
+@_cached
+def _gradient_rule(layout: _Layout) -> Any:
+    """The gradient as a function of ``(self, x, *array_leaves)``, with its custom_jvp (the Hessian)."""
 
+    @jax.custom_jvp
+    def gradient_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+        return _first(self.grad_fn(x, *layout.rebuild(leaves)))
 
-_energy_flat.defjvp(_energy_jvp, symbolic_zeros=True)
+    def jvp(primals: Any, tangents: Any) -> Any:
+        self, x, *leaves = primals
+        _, dx, *dleaves = tangents
+        g = gradient_flat(self, x, *leaves)
+        t = jnp.zeros_like(g)
+        if _nonzero(dx):
+            hvp = _exact_hvp(self, layout) if self.hessian == "projected" else _kernel_hvp(self, layout)
+            # The Hessian is symmetric: the tangent map is its own transpose.
+            t = t + linear_call(hvp, hvp, (x, *leaves), (dx,))[0]
+        idx = [i for i, (p, dp) in enumerate(zip(leaves, dleaves, strict=True)) if _is_float(p) and _nonzero(dp)]
+        if idx:
 
+            def grad_of(x: jax.Array, *p: Any) -> jax.Array:
+                return _first(self.grad_fn(x, *layout.rebuild(p)))
 
-@ft.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _gradient_flat(self: Energy, layout: _Layout, x: jax.Array, *leaves: Any) -> jax.Array:
-    return _first(self.grad_fn(x, *layout.rebuild(leaves)))
+            def mixed(res: Any, lin: Any) -> Any:
+                # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
+                xx, *pp = res
+                f = _of_params(grad_of, xx, pp, idx)
+                return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
 
+            def mixed_t(res: Any, cts: Any) -> Any:
+                xx, *pp = res
+                grads = _param_vjp(grad_of, xx, pp, cts[0])
+                return tuple(grads[i] for i in idx)
 
-def _gradient_jvp(layout: _Layout, primals: Any, tangents: Any) -> Any:
-    self, x, *leaves = primals
-    _, dx, *dleaves = tangents
-    g = _gradient_flat(self, layout, x, *leaves)
-    t = jnp.zeros_like(g)
-    if _nonzero(dx):
-        hvp = _exact_hvp(self, layout) if self.hessian == "projected" else _kernel_hvp(self, layout)
-        # The Hessian is symmetric: the tangent map is its own transpose.
-        t = t + linear_call(hvp, hvp, (x, *leaves), (dx,))[0]
-    idx = [i for i, (p, dp) in enumerate(zip(leaves, dleaves, strict=True)) if _is_float(p) and _nonzero(dp)]
-    if idx:
+            t = t + linear_call(mixed, mixed_t, (x, *leaves), tuple(dleaves[i] for i in idx), out_shapes=(g,))[0]
+        return g, t
 
-        def grad_of(x: jax.Array, *p: Any) -> jax.Array:
-            return _first(self.grad_fn(x, *layout.rebuild(p)))
-
-        def mixed(res: Any, lin: Any) -> Any:
-            # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
-            xx, *pp = res
-            f = _of_params(grad_of, xx, pp, idx)
-            return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
-
-        def mixed_t(res: Any, cts: Any) -> Any:
-            xx, *pp = res
-            grads = _param_vjp(grad_of, xx, pp, cts[0])
-            return tuple(grads[i] for i in idx)
-
-        t = t + linear_call(mixed, mixed_t, (x, *leaves), tuple(dleaves[i] for i in idx), out_shapes=(g,))[0]
-    return g, t
-
-
-_gradient_flat.defjvp(_gradient_jvp, symbolic_zeros=True)
+    gradient_flat.defjvp(jvp, symbolic_zeros=True)
+    return gradient_flat
 
 
 def _kernel_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
