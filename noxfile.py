@@ -6,6 +6,7 @@ Sessions:
     lint     ruff check and ruff format --check
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
+    hyperelastic  examples/hyperelastic.py, the 3-D FEM example (extra arguments after `--` go to the script)
 
 Virtual environments live in .nox/ and are reused between runs; each run still asks pip to install the session's
 requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` forwards arguments to both pytest runs.
@@ -69,3 +70,17 @@ def example(session: nox.Session) -> None:
     session.install("-e", ".[examples]")
     args = session.posargs or ["--out", session.create_tmp()]
     session.run("python", "examples/fit_stiffness.py", *args, env=FLOAT32)
+
+
+@nox.session(python=PYTHON)
+def hyperelastic(session: nox.Session) -> None:
+    """Fit the per-region Young's modulus of a sagging tetrahedral beam (examples/hyperelastic.py).
+
+    Stable Neo-Hookean energy, gradient, Hessian product and Hessian diagonal are Warp kernels over mesh and material
+    structs; the equilibrium is an optimistix Newton root find with lineax CG over the Hessian kernel, the fit optax
+    Adam through optimistix's implicit adjoint, in float64. Writes the trained model and a PNG into the session's tmp
+    directory.
+    """
+    session.install("-e", ".[examples]")
+    args = session.posargs or ["--out", session.create_tmp()]
+    session.run("python", "examples/hyperelastic.py", *args, env=FLOAT32)

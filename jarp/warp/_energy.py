@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools as ft
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ._rules import linear_call
@@ -110,6 +112,56 @@ def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
     return out.reshape(())
 
 
+# -- parameters as flat operands ------------------------------------------------------------------
+#
+# ``params`` may hold pytrees (a struct parameter is a dict, NamedTuple or eqx.Module of its fields).
+# The rules below see them flattened: the array leaves are the custom_jvp's operands (so a struct's
+# float array field is differentiated like any float array parameter), everything else (the tree
+# structure, a struct's static value fields, Python scalars) travels as a static `_Layout`.
+
+
+class _Layout(NamedTuple):
+    """How to rebuild ``params`` from their array leaves: the tree and its non-array leaves by position."""
+
+    treedef: Any
+    statics: tuple[tuple[int, Any], ...]
+    n_leaves: int
+
+    def rebuild(self, arrays: Sequence[Any]) -> list[Any]:
+        leaves: list[Any] = [None] * self.n_leaves
+        for i, v in self.statics:
+            leaves[i] = v
+        it = iter(arrays)
+        for i in range(self.n_leaves):
+            if leaves[i] is None:
+                leaves[i] = next(it)
+        return list(jax.tree_util.tree_unflatten(self.treedef, leaves))
+
+
+def _cached(make: Callable[[_Layout], Any]) -> Callable[[_Layout], Any]:
+    """``make(layout)`` memoised per layout (one custom_jvp function per parameter layout), uncached if unhashable."""
+    cached = ft.lru_cache(maxsize=256)(make)
+
+    def get(layout: _Layout) -> Any:
+        try:
+            return cached(layout)
+        except TypeError:  # an unhashable static leaf
+            return make(layout)
+
+    return get
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray))
+
+
+def _flatten(params: Sequence[Any]) -> tuple[_Layout, list[Any]]:
+    leaves, treedef = jax.tree_util.tree_flatten(tuple(params))
+    statics = tuple((i, v) for i, v in enumerate(leaves) if not _is_array(v))
+    arrays = [v for v in leaves if _is_array(v)]
+    return _Layout(treedef, statics, len(leaves)), arrays
+
+
 def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx: Sequence[int]) -> Callable[..., Any]:
     """``fn(x, *params)`` as a function of the params at positions ``idx`` only."""
 
@@ -133,74 +185,93 @@ def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: 
     return out
 
 
-@jax.custom_jvp
 def _energy(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
-    return _value(self, x, *params)
+    layout, arrays = _flatten(params)
+    return _energy_rule(layout)(self, x, *arrays)
 
 
-def _energy_jvp(primals: Any, tangents: Any) -> Any:
-    self, x, *params = primals
-    _, dx, *dparams = tangents
-    e = _energy(self, x, *params)  # itself, so that an outer forward mode uses this rule again
-    t = jnp.zeros_like(e)
-    if _nonzero(dx):
-        t = t + jnp.vdot(_gradient(self, x, *params), dx)
-    if any(_nonzero(dp) and _is_float(p) for p, dp in zip(params, dparams, strict=True)):
-        grads = _param_vjp(lambda x, *p: _value(self, x, *p), x, params, jnp.ones_like(e))
-        for g, dp in zip(grads, dparams, strict=True):
-            if g is not None and _nonzero(dp):
-                t = t + jnp.vdot(g, dp)
-    return e, t
-
-
-_energy.defjvp(_energy_jvp, symbolic_zeros=True)
-
-
-@jax.custom_jvp
 def _gradient(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
-    return _first(self.grad_fn(x, *params))
+    layout, arrays = _flatten(params)
+    return _gradient_rule(layout)(self, x, *arrays)
 
 
-def _gradient_jvp(primals: Any, tangents: Any) -> Any:
-    self, x, *params = primals
-    _, dx, *dparams = tangents
-    g = _gradient(self, x, *params)
-    t = jnp.zeros_like(g)
-    if _nonzero(dx):
-        hvp = _exact_hvp(self) if self.hessian == "projected" else _kernel_hvp(self)
-        # The Hessian is symmetric: the tangent map is its own transpose.
-        t = t + linear_call(hvp, hvp, (x, *params), (dx,))[0]
-    idx = [i for i, (p, dp) in enumerate(zip(params, dparams, strict=True)) if _is_float(p) and _nonzero(dp)]
-    if idx:
+@_cached
+def _energy_rule(layout: _Layout) -> Any:
+    """The energy as a function of ``(self, x, *array_leaves)``, with its custom_jvp."""
 
-        def mixed(res: Any, lin: Any) -> Any:
-            # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
-            xx, *pp = res
-            f = _of_params(lambda x, *p: _first(self.grad_fn(x, *p)), xx, pp, idx)
-            return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
+    @jax.custom_jvp
+    def energy_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+        return _value(self, x, *layout.rebuild(leaves))
 
-        def mixed_t(res: Any, cts: Any) -> Any:
-            xx, *pp = res
-            grads = _param_vjp(lambda x, *p: _first(self.grad_fn(x, *p)), xx, pp, cts[0])
-            return tuple(grads[i] for i in idx)
+    def jvp(primals: Any, tangents: Any) -> Any:
+        self, x, *leaves = primals
+        _, dx, *dleaves = tangents
+        e = energy_flat(self, x, *leaves)  # itself, so that an outer forward mode uses this rule again
+        t = jnp.zeros_like(e)
+        if _nonzero(dx):
+            t = t + jnp.vdot(_gradient_rule(layout)(self, x, *leaves), dx)
+        if any(_nonzero(dp) and _is_float(p) for p, dp in zip(leaves, dleaves, strict=True)):
+            grads = _param_vjp(lambda x, *p: _value(self, x, *layout.rebuild(p)), x, leaves, jnp.ones_like(e))
+            for g, dp in zip(grads, dleaves, strict=True):
+                if g is not None and _nonzero(dp):
+                    t = t + jnp.vdot(g, dp)
+        return e, t
 
-        t = t + linear_call(mixed, mixed_t, (x, *params), tuple(dparams[i] for i in idx), out_shapes=(g,))[0]
-    return g, t
-
-
-_gradient.defjvp(_gradient_jvp, symbolic_zeros=True)
+    energy_flat.defjvp(jvp, symbolic_zeros=True)
+    return energy_flat
 
 
-def _kernel_hvp(self: Energy) -> Callable[..., Any]:
+@_cached
+def _gradient_rule(layout: _Layout) -> Any:
+    """The gradient as a function of ``(self, x, *array_leaves)``, with its custom_jvp (the Hessian)."""
+
+    @jax.custom_jvp
+    def gradient_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+        return _first(self.grad_fn(x, *layout.rebuild(leaves)))
+
+    def jvp(primals: Any, tangents: Any) -> Any:
+        self, x, *leaves = primals
+        _, dx, *dleaves = tangents
+        g = gradient_flat(self, x, *leaves)
+        t = jnp.zeros_like(g)
+        if _nonzero(dx):
+            hvp = _exact_hvp(self, layout) if self.hessian == "projected" else _kernel_hvp(self, layout)
+            # The Hessian is symmetric: the tangent map is its own transpose.
+            t = t + linear_call(hvp, hvp, (x, *leaves), (dx,))[0]
+        idx = [i for i, (p, dp) in enumerate(zip(leaves, dleaves, strict=True)) if _is_float(p) and _nonzero(dp)]
+        if idx:
+
+            def grad_of(x: jax.Array, *p: Any) -> jax.Array:
+                return _first(self.grad_fn(x, *layout.rebuild(p)))
+
+            def mixed(res: Any, lin: Any) -> Any:
+                # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
+                xx, *pp = res
+                f = _of_params(grad_of, xx, pp, idx)
+                return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
+
+            def mixed_t(res: Any, cts: Any) -> Any:
+                xx, *pp = res
+                grads = _param_vjp(grad_of, xx, pp, cts[0])
+                return tuple(grads[i] for i in idx)
+
+            t = t + linear_call(mixed, mixed_t, (x, *leaves), tuple(dleaves[i] for i in idx), out_shapes=(g,))[0]
+        return g, t
+
+    gradient_flat.defjvp(jvp, symbolic_zeros=True)
+    return gradient_flat
+
+
+def _kernel_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
     """``H v`` through the ``hess_prod`` module, as a `linear_call` map."""
 
     def hvp(res: Any, lin: Any) -> Any:
-        return (_first(self.hess_prod_fn(res[0], *res[1:], lin[0])),)
+        return (_first(self.hess_prod_fn(res[0], *layout.rebuild(res[1:]), lin[0])),)
 
     return hvp
 
 
-def _exact_hvp(self: Energy) -> Callable[..., Any]:
+def _exact_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
     """``H v`` through reverse mode of the ``grad`` module (Warp's adjoint), as a `linear_call` map.
 
     The pullback of ``grad`` at ``x`` is ``v -> J^T v`` with ``J = dgrad/dx``, which is the
@@ -218,7 +289,8 @@ def _exact_hvp(self: Energy) -> Callable[..., Any]:
 
     def hvp(res: Any, lin: Any) -> Any:
         xx, *pp = res
-        _, pullback = jax.vjp(lambda x: _first(self.grad_fn(x, *pp)), xx)
+        params = layout.rebuild(pp)
+        _, pullback = jax.vjp(lambda x: _first(self.grad_fn(x, *params)), xx)
         return pullback(lin[0])
 
     return hvp

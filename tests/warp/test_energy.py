@@ -242,3 +242,62 @@ def test_projected_hessian_without_warps_adjoint_refuses():
     np.testing.assert_allclose(jax.grad(Ep)(x, *params), jax.grad(_ref)(x, *params), atol=1e-13)
     with pytest.raises(ValueError, match="hessian must be 'exact'"):
         energy(ks["fun"], ks["grad"], ks["hess_prod"], hessian="clamped")
+
+
+def test_struct_parameters_are_differentiated_and_their_value_fields_stay_static():
+    # The Stable Neo-Hookean kernels of kernels_struct take a Mesh struct (array fields) and a Material struct
+    # (value fields mu, lam), passed as dicts; hess_prod is a jnp function that checks what it receives.
+    from . import kernels_struct as ks
+
+    rng = np.random.default_rng(5)
+    tets = np.array([[0, 1, 2, 3], [1, 2, 3, 4]], np.int32)
+    rest = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]], np.float64)
+    dm = np.stack([rest[tets[:, k]] - rest[tets[:, 0]] for k in (1, 2, 3)], axis=-1)
+    dm[np.linalg.det(dm) < 0] *= -1.0  # any invertible rest matrices will do; the volumes are |det| / 6
+    mesh = {"tets": jnp.asarray(tets), "Dm_inv": jnp.asarray(np.linalg.inv(dm)), "vol": jnp.abs(jnp.linalg.det(dm)) / 6}
+    material = {"mu": 1.3, "lam": 7.5}
+    x = jnp.asarray(rest + 0.1 * rng.standard_normal(rest.shape))
+    v = jnp.asarray(rng.standard_normal(rest.shape))
+
+    def ref(x, mesh, material):
+        ds = jnp.stack([x[mesh["tets"][:, k]] - x[mesh["tets"][:, 0]] for k in (1, 2, 3)], axis=-1)
+        f = ds @ mesh["Dm_inv"]
+        mu, lam = material["mu"], material["lam"]
+        alpha = 1.0 + mu / lam
+        psi = 0.5 * mu * (jnp.sum(f * f, axis=(1, 2)) - 3.0) + 0.5 * lam * (jnp.linalg.det(f) - alpha) ** 2
+        return jnp.sum(mesh["vol"] * psi)
+
+    seen = []
+
+    def hess_prod(x, mesh, material, v):
+        seen.append(type(material["mu"]))
+        return jax.jvp(lambda x: jax.grad(ref)(x, mesh, material), (x,), (v,))[1]
+
+    m, n = tets.shape[0], rest.shape[0]
+    E = energy(
+        jax_kernel(ks.snh_energy, launch_dims=m, output_dims=1, enable_backward=True),
+        jax_kernel(ks.snh_grad, launch_dims=m, output_dims=n, enable_backward=True),
+        hess_prod,
+    )
+    np.testing.assert_allclose(E(x, mesh, material), ref(x, mesh, material), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(E)(x, mesh, material), jax.grad(ref)(x, mesh, material), atol=1e-12)
+    hv_ref = jax.jvp(lambda x: jax.grad(ref)(x, mesh, material), (x,), (v,))[1]
+    hv = jax.jit(lambda x, mesh: jax.linearize(lambda x: E.grad(x, mesh, material), x)[1](v))(x, mesh)
+    np.testing.assert_allclose(hv, hv_ref, atol=1e-12)
+    assert seen
+    assert set(seen) == {float}  # the value fields reached hess_prod as Python floats, not tracers
+
+    # a float array field of a struct (the volumes) is differentiated, through the energy and through E.grad
+    def of_floats(fn):
+        return lambda dm_inv, vol: fn(x, {"tets": mesh["tets"], "Dm_inv": dm_inv, "vol": vol}, material)
+
+    grads = jax.grad(of_floats(E), argnums=(0, 1))(mesh["Dm_inv"], mesh["vol"])
+    grads_ref = jax.grad(of_floats(ref), argnums=(0, 1))(mesh["Dm_inv"], mesh["vol"])
+    np.testing.assert_allclose(grads[0], grads_ref[0], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(grads[1], grads_ref[1], rtol=1e-12)
+    w = jnp.asarray(rng.standard_normal(rest.shape))
+    np.testing.assert_allclose(
+        jax.grad(lambda vol: jnp.vdot(E.grad(x, {**mesh, "vol": vol}, material), w))(mesh["vol"]),
+        jax.grad(lambda vol: jnp.vdot(jax.grad(ref)(x, {**mesh, "vol": vol}, material), w))(mesh["vol"]),
+        rtol=1e-11,
+    )
