@@ -1,0 +1,42 @@
+"""The benchmark scripts run: benchmarks/bench_fem.py on tiny meshes (``--quick``), in a subprocess.
+
+The script checks every variant against the ``jax.numpy`` result before timing it, so a run that exits cleanly also
+says the jarp, ``jax.numpy`` and ``wp.launch`` paths agree at both precisions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_fem_quick_runs_and_reports(tmp_path: Path) -> None:
+    out_json, out_png = tmp_path / "fem.json", tmp_path / "fem.png"
+    script = str(ROOT / "benchmarks" / "bench_fem.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--json", str(out_json), "--plot", str(out_png)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # this checkout's jarp, whatever is installed; the script turns float64 on itself
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        check=False,
+    )
+    assert proc.returncode == 0, f"bench_fem.py --quick exited with {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    results = json.loads(out_json.read_text())["results"]
+    assert [(r["dtype"], r["tets"]) for r in results] == [
+        ("float32", 24),
+        ("float32", 144),
+        ("float64", 24),
+        ("float64", 144),
+    ]
+    for r in results:
+        assert set(r["times"]) == {f"{op} {v}" for op in ("eg", "hvp") for v in ("jarp", "jnp", "floor")}
+        assert all(t > 0 for t in r["times"].values())
+    assert "| float64 | 144 | Hessian-vector product |" in proc.stdout
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
