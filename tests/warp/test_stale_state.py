@@ -7,15 +7,12 @@ kernels weakly and never cache a failure. A kernel module is redefined in place,
 
 from __future__ import annotations
 
-import gc
 import importlib
 import sys
 import uuid
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -122,17 +119,3 @@ def test_generic_factory_that_failed_is_called_again() -> None:
 # ======================================================================================================================
 # Dropped kernels are released
 # ======================================================================================================================
-
-
-def _make_kernel(i: int) -> Any:
-    @wp.kernel
-    def scale_by(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-        t = wp.tid()
-        out[t] = a[t] * float(i)
-
-    return scale_by
-
-
-def _alive(refs: list[weakref.ref[Any]]) -> int:
-    gc.collect()
-    return sum(r() is not None for r in refs)
