@@ -123,83 +123,45 @@ class Descriptor(ctypes.Structure):
     )
 
 
-def _expected_layout() -> list[int]:
-    """What ``jarp_layout`` in the compiled handler must hold (see the end of ``_native_handler.cpp``)."""
+def _expected_layout() -> dict[str, int]:
+    """What ``jarp_layout`` in the compiled handler must hold, in its order (see the end of ``_native_handler.cpp``)."""
     x = _xla_ffi
-    return [
-        NativeHandler.CHUNK_HANDLES,
-        NativeHandler.MAX_CHUNKS,
-        NativeHandler.DEVICE_SLOTS,
-        ctypes.sizeof(Descriptor),
-        Descriptor.nslices.offset,
-        Descriptor.templates.offset,
-        Descriptor.entry.offset,
-        Descriptor.params.offset,
-        Descriptor.failure.offset,
-        ctypes.sizeof(BufferSpec),
-        ctypes.sizeof(PointerSlot),
-        ctypes.sizeof(ZeroFill),
-        ctypes.sizeof(KernelParam),
-        x.FRAME_EXTENSION,
-        x.FRAME_API,
-        x.FRAME_CTX,
-        x.FRAME_STAGE,
-        x.FRAME_ARGS_SIZE,
-        x.FRAME_ARGS,
-        x.FRAME_RETS_SIZE,
-        x.FRAME_RETS,
-        x.FRAME_ATTRS_STRUCT,
-        x.FRAME_ATTRS_SIZE,
-        x.FRAME_ATTRS,
-        x.ATTRS_TYPES,
-        x.ATTRS_NAMES,
-        x.BUFFER_DTYPE,
-        x.BUFFER_DATA,
-        x.BUFFER_RANK,
-        x.BUFFER_DIMS,
-        x.SCALAR_VALUE,
-        x._API_ERROR_CREATE,
-        x._API_STREAM_GET,
-        x._API_DEVICE_ORDINAL_GET,
-    ]
-
-
-_LAYOUT_NAMES = (
-    "chunk handles",
-    "max chunks",
-    "device slots",
-    "sizeof(Descriptor)",
-    "Descriptor.nslices",
-    "Descriptor.templates",
-    "Descriptor.entry",
-    "Descriptor.params",
-    "Descriptor.failure",
-    "sizeof(BufferSpec)",
-    "sizeof(PointerSlot)",
-    "sizeof(ZeroFill)",
-    "sizeof(KernelParam)",
-    "XLA_FFI_CallFrame.extension_start",
-    "XLA_FFI_CallFrame.api",
-    "XLA_FFI_CallFrame.ctx",
-    "XLA_FFI_CallFrame.stage",
-    "XLA_FFI_CallFrame.args.size",
-    "XLA_FFI_CallFrame.args.args",
-    "XLA_FFI_CallFrame.rets.size",
-    "XLA_FFI_CallFrame.rets.rets",
-    "XLA_FFI_CallFrame.attrs",
-    "XLA_FFI_CallFrame.attrs.size",
-    "XLA_FFI_CallFrame.attrs.attrs",
-    "XLA_FFI_Attrs.types",
-    "XLA_FFI_Attrs.names",
-    "XLA_FFI_Buffer.dtype",
-    "XLA_FFI_Buffer.data",
-    "XLA_FFI_Buffer.rank",
-    "XLA_FFI_Buffer.dims",
-    "XLA_FFI_Scalar.value",
-    "XLA_FFI_Api.XLA_FFI_Error_Create",
-    "XLA_FFI_Api.XLA_FFI_Stream_Get",
-    "XLA_FFI_Api.XLA_FFI_DeviceOrdinal_Get",
-)
+    return {
+        "chunk handles": NativeHandler.CHUNK_HANDLES,
+        "max chunks": NativeHandler.MAX_CHUNKS,
+        "device slots": NativeHandler.DEVICE_SLOTS,
+        "sizeof(Descriptor)": ctypes.sizeof(Descriptor),
+        "Descriptor.nslices": Descriptor.nslices.offset,
+        "Descriptor.templates": Descriptor.templates.offset,
+        "Descriptor.entry": Descriptor.entry.offset,
+        "Descriptor.params": Descriptor.params.offset,
+        "Descriptor.failure": Descriptor.failure.offset,
+        "sizeof(BufferSpec)": ctypes.sizeof(BufferSpec),
+        "sizeof(PointerSlot)": ctypes.sizeof(PointerSlot),
+        "sizeof(ZeroFill)": ctypes.sizeof(ZeroFill),
+        "sizeof(KernelParam)": ctypes.sizeof(KernelParam),
+        "XLA_FFI_CallFrame.extension_start": x.FRAME_EXTENSION,
+        "XLA_FFI_CallFrame.api": x.FRAME_API,
+        "XLA_FFI_CallFrame.ctx": x.FRAME_CTX,
+        "XLA_FFI_CallFrame.stage": x.FRAME_STAGE,
+        "XLA_FFI_CallFrame.args.size": x.FRAME_ARGS_SIZE,
+        "XLA_FFI_CallFrame.args.args": x.FRAME_ARGS,
+        "XLA_FFI_CallFrame.rets.size": x.FRAME_RETS_SIZE,
+        "XLA_FFI_CallFrame.rets.rets": x.FRAME_RETS,
+        "XLA_FFI_CallFrame.attrs": x.FRAME_ATTRS_STRUCT,
+        "XLA_FFI_CallFrame.attrs.size": x.FRAME_ATTRS_SIZE,
+        "XLA_FFI_CallFrame.attrs.attrs": x.FRAME_ATTRS,
+        "XLA_FFI_Attrs.types": x.ATTRS_TYPES,
+        "XLA_FFI_Attrs.names": x.ATTRS_NAMES,
+        "XLA_FFI_Buffer.dtype": x.BUFFER_DTYPE,
+        "XLA_FFI_Buffer.data": x.BUFFER_DATA,
+        "XLA_FFI_Buffer.rank": x.BUFFER_RANK,
+        "XLA_FFI_Buffer.dims": x.BUFFER_DIMS,
+        "XLA_FFI_Scalar.value": x.SCALAR_VALUE,
+        "XLA_FFI_Api.XLA_FFI_Error_Create": x._API_ERROR_CREATE,
+        "XLA_FFI_Api.XLA_FFI_Stream_Get": x._API_STREAM_GET,
+        "XLA_FFI_Api.XLA_FFI_DeviceOrdinal_Get": x._API_DEVICE_ORDINAL_GET,
+    }
 
 
 class LaunchDescriptor:
@@ -320,7 +282,7 @@ class NativeHandler:
             )
         wrong = [
             f"{name}: compiled {c}, Python {e}"
-            for name, c, e in zip(_LAYOUT_NAMES, compiled, expected, strict=True)
+            for (name, e), c in zip(expected.items(), compiled, strict=True)
             if c != e
         ]
         if wrong:
