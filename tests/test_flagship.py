@@ -8,11 +8,7 @@ switches ``jax_enable_x64`` on, so it must never happen in the float32 process.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+
+from .examples_support import load_example as load_example_module
+from .examples_support import run_fit
 
 if TYPE_CHECKING:
     import jax
@@ -33,42 +32,20 @@ OPTAX_PROMOTION = "standard"
 
 def load_example() -> ModuleType:
     """Import examples/fit_stiffness.py as a module (once per process)."""
-    name = "jarp_example_fit_stiffness"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses (eqx.Module) look their module up while the class body runs
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module(EXAMPLE, "jarp_example_fit_stiffness")
 
 
 @pytest.mark.example
 def test_fit_stiffness_runs_end_to_end(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--grid", "6", "--regions", "2", "--steps", "60", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "JAX_ENABLE_X64": "0"},  # the example must turn float64 on by itself
-        check=False,
+    run_fit(
+        EXAMPLE,
+        *("--grid", "6", "--regions", "2", "--steps", "60"),
+        out=tmp_path,
+        error="stiffness error",
+        max_error=0.05,
+        loss_drop=1e-3,
+        files=("spring_net.eqx", "fit_stiffness.png"),
     )
-    out = proc.stdout
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr}"
-    match = re.search(r"loss: initial (\S+) -> final (\S+)", out)
-    assert match is not None, out
-    initial, final = float(match.group(1)), float(match.group(2))
-    assert final < 1e-3 * initial, out
-    error = re.search(r"stiffness error: max relative (\S+)", out)
-    assert error is not None, out
-    assert float(error.group(1)) < 0.05, out
-    assert "round-tripped" in out, out
-    for name in ("spring_net.eqx", "fit_stiffness.png"):
-        assert (tmp_path / name).is_file(), name
-        assert str(tmp_path / name) in out
-    assert (tmp_path / "fit_stiffness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.x64

@@ -7,16 +7,14 @@ changes no JAX flag, but its kernels are float64.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+from .examples_support import load_example as load_example_module
+from .examples_support import run_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "hyperelastic.py"
@@ -24,16 +22,7 @@ EXAMPLE = ROOT / "examples" / "hyperelastic.py"
 
 def load_example() -> ModuleType:
     """Import examples/hyperelastic.py as a module (once per process)."""
-    name = "jarp_example_hyperelastic"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses (eqx.Module) look their module up while the class body runs
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module(EXAMPLE, "jarp_example_hyperelastic")
 
 
 def test_make_beam_is_a_conforming_positive_mesh() -> None:
@@ -114,48 +103,15 @@ def test_snh_kernels_match_the_jnp_energy() -> None:
 
 @pytest.mark.example
 def test_hyperelastic_runs_end_to_end(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--nx",
-            "6",
-            "--ny",
-            "2",
-            "--nz",
-            "2",
-            "--regions",
-            "2",
-            "--steps",
-            "40",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        # the example must turn float64 on by itself; PYTHONPATH: this checkout's jarp, not an installed one
-        env={
-            **os.environ,
-            "JAX_ENABLE_X64": "0",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
-        check=False,
+    run_fit(
+        EXAMPLE,
+        *("--nx", "6", "--ny", "2", "--nz", "2", "--regions", "2", "--steps", "40"),
+        out=tmp_path,
+        error="modulus error",
+        max_error=0.05,
+        loss_drop=1e-2,
+        files=("beam.eqx", "hyperelastic.png"),
     )
-    out = proc.stdout
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr}"
-    match = re.search(r"loss: initial (\S+) -> final (\S+)", out)
-    assert match is not None, out
-    initial, final = float(match.group(1)), float(match.group(2))
-    assert final < 1e-2 * initial, out
-    error = re.search(r"modulus error: max relative (\S+)", out)
-    assert error is not None, out
-    assert float(error.group(1)) < 0.05, out
-    assert "round-tripped" in out, out
-    for name in ("beam.eqx", "hyperelastic.png"):
-        assert (tmp_path / name).is_file(), name
-        assert str(tmp_path / name) in out
-    assert (tmp_path / "hyperelastic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.x64
