@@ -16,6 +16,7 @@ errors, which JAX raises as Python exceptions at the call site.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import math
 import os
@@ -143,6 +144,9 @@ def ensure_registered() -> None:
             # The native handler serves prepared kernel plans and passes every other frame to these callbacks.
             native.configure(int(SESSION), callbacks)
             _native_handler = native
+            # At exit, before JAX's own hooks (atexit runs the last registered first) and before CPython
+            # finalizes: no XLA worker may enter the Python callback after that (see drain_at_exit).
+            atexit.register(native.drain_at_exit)
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
             for platform in _PLATFORMS:
                 address = callbacks[(platform, graph)] if native is None else native.address(platform, graph)

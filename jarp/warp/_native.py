@@ -24,6 +24,7 @@ import os
 import platform
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -258,7 +259,15 @@ class NativeHandler:
     def __init__(self, lookup: Any, path: Path) -> None:
         self.path = path
         self._symbols = {name: lookup(name) for name in (*_HANDLERS.values(), "jarp_floor_handler")}
-        for name in ("jarp_configure", "jarp_add_chunk", "jarp_publish", "jarp_layout", "jarp_layout_size"):
+        for name in (
+            "jarp_configure",
+            "jarp_add_chunk",
+            "jarp_publish",
+            "jarp_layout",
+            "jarp_layout_size",
+            "jarp_begin_exit",
+            "jarp_python_calls",
+        ):
             self._symbols[name] = lookup(name)
         missing = [name for name, address in self._symbols.items() if not address]
         if missing:
@@ -267,6 +276,8 @@ class NativeHandler:
         self._configure = ctypes.CFUNCTYPE(None, _I64, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
+        self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
+        self._python_calls = ctypes.CFUNCTYPE(_I64)(self._symbols["jarp_python_calls"])
         self._lock = threading.Lock()
         self._chunks: dict[int, Any] = {}
         self._published: dict[tuple[int, int], LaunchDescriptor] = {}
@@ -290,6 +301,27 @@ class NativeHandler:
                 "jaxlib's XLA FFI header (or the handler's descriptor) disagrees with jarp's Python view of it: "
                 + "; ".join(wrong)
             )
+
+    def drain_at_exit(self, timeout: float = 10.0) -> int:
+        """Stop passing frames to the Python callback and wait for the calls already inside it (an atexit hook).
+
+        XLA may still be running computations nobody waited for (e.g. the other replicas of a replicated result,
+        of which ``np.asarray`` reads one). Should one reach jarp's Python callback after CPython began
+        finalizing, CPython ends that XLA worker thread inside ``PyGILState_Ensure`` (``pthread_exit``), and
+        destroying XLA's CPU client then waits for it forever. From this call on, such frames fail with an
+        error instead; the calls already inside the callback finish first (this sleeps, releasing the GIL).
+
+        Args:
+            timeout: seconds to wait for the calls already inside the callback.
+
+        Returns:
+            The number of calls still inside the callback when it returned (0 unless ``timeout`` ran out).
+        """
+        self._begin_exit()
+        deadline = time.monotonic() + timeout
+        while (left := self._python_calls()) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return left
 
     def address(self, platform_name: str, graph: bool) -> int:
         """The address of the handler registered as jarp's target on ``platform_name`` (``"cpu"``/``"CUDA"``)."""

@@ -95,6 +95,12 @@ SlowPath g_slow[4];  // [platform * 2 + graph]
 int64_t g_session;
 CudaLaunch g_cuda_launch;
 CudaMemset g_cuda_memset;
+// Interpreter exit (jarp's atexit hook): once g_exiting is set, no frame goes to the Python callback, and the
+// hook waits until g_in_python (the calls already inside it) drains. A worker thread that takes the GIL after
+// CPython's finalization began is ended by CPython (pthread_exit), which leaves XLA's CPU client waiting for
+// it forever when it is destroyed: the process hangs at exit.
+int64_t g_exiting;
+int64_t g_in_python;
 
 inline Descriptor* lookup(int64_t handle, int64_t slot) {
   if (handle < 0 || handle >= kChunkHandles * kMaxChunks) return nullptr;
@@ -145,18 +151,34 @@ bool answer_metadata(XLA_FFI_CallFrame* frame, bool graph) {
   return true;
 }
 
+// Pass a frame to jarp's Python callback, unless the interpreter is exiting (then the call fails with an error).
+// The increment comes before the check (both sequentially consistent), and the exit hook sets g_exiting before
+// it reads g_in_python: either the hook sees this call and waits for it, or this call sees the flag.
+XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame) {
+  __atomic_add_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&g_exiting, __ATOMIC_SEQ_CST)) {
+    __atomic_sub_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
+    return error(frame, XLA_FFI_Error_Code_CANCELLED,
+                 "jarp: the Python interpreter is exiting, so this kernel call (which needs jarp's Python "
+                 "callback) was not run; wait for the results you need before the script ends");
+  }
+  XLA_FFI_Error* result = slow(frame);
+  __atomic_sub_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
+  return result;
+}
+
 template <int kCuda, int kGraph>
 XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
   SlowPath slow = g_slow[kCuda * 2 + kGraph];
   if (frame->extension_start != nullptr && answer_metadata(frame, kGraph)) return nullptr;
-  if (frame->struct_size < XLA_FFI_CallFrame_STRUCT_SIZE) return slow(frame);
+  if (frame->struct_size < XLA_FFI_CallFrame_STRUCT_SIZE) return python(slow, frame);
 
   // Exactly jarp's attributes (XLA passes them sorted by name): plan, session; this process's token.
   const XLA_FFI_Attrs& attrs = frame->attrs;
   int64_t handle, session;
   if (attrs.size != 2 || !is_name(attrs.names[0], "plan", 4) || !is_name(attrs.names[1], "session", 7) ||
       !read_int64(attrs, 0, &handle) || !read_int64(attrs, 1, &session) || session != g_session)
-    return slow(frame);
+    return python(slow, frame);
 
   int64_t slot = 0;
   if (kCuda) {
@@ -167,25 +189,25 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     args.device_ordinal = -1;
     XLA_FFI_Error* err = frame->api->XLA_FFI_DeviceOrdinal_Get(&args);
     if (err != nullptr) return err;
-    if (args.device_ordinal < 0 || args.device_ordinal >= kDeviceSlots - 1) return slow(frame);
+    if (args.device_ordinal < 0 || args.device_ordinal >= kDeviceSlots - 1) return python(slow, frame);
     slot = 1 + args.device_ordinal;
   }
   const Descriptor* d = lookup(handle, slot);
-  if (d == nullptr) return slow(frame);  // not prepared yet, a callable, or not jarp's
+  if (d == nullptr) return python(slow, frame);  // not prepared yet, a callable, or not jarp's
 
   // The buffers, exactly as the plan expects them, before any memory is touched.
-  if (frame->args.size != d->nargs || frame->rets.size != d->nrets) return slow(frame);
+  if (frame->args.size != d->nargs || frame->rets.size != d->nrets) return python(slow, frame);
   void** ptrs[2];
   ptrs[0] = static_cast<void**>(__builtin_alloca(sizeof(void*) * (d->nargs + d->nrets + 1)));
   ptrs[1] = ptrs[0] + d->nargs;
   for (int64_t i = 0; i < d->nargs; ++i) {
     const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
-    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || !same_buffer(b, d->args[i])) return slow(frame);
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || !same_buffer(b, d->args[i])) return python(slow, frame);
     ptrs[0][i] = b->data;
   }
   for (int64_t j = 0; j < d->nrets; ++j) {
     const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[j]);
-    if (frame->rets.types[j] != XLA_FFI_RetType_BUFFER || !same_buffer(b, d->rets[j])) return slow(frame);
+    if (frame->rets.types[j] != XLA_FFI_RetType_BUFFER || !same_buffer(b, d->rets[j])) return python(slow, frame);
     ptrs[1][j] = b->data;
   }
 
@@ -276,6 +298,10 @@ void jarp_configure(int64_t session, void* slow_cpu, void* slow_cpu_no_graph, vo
   g_cuda_launch = reinterpret_cast<CudaLaunch>(cuda_launch);
   g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
 }
+
+// Interpreter exit: refuse the Python callback from now on; the number of calls still inside it.
+void jarp_begin_exit(void) { __atomic_store_n(&g_exiting, 1, __ATOMIC_SEQ_CST); }
+int64_t jarp_python_calls(void) { return __atomic_load_n(&g_in_python, __ATOMIC_SEQ_CST); }
 
 // Give the table the memory of chunk ``index`` (kChunkHandles * kDeviceSlots zeroed pointers, owned by Python).
 int jarp_add_chunk(int64_t index, Descriptor** chunk) {

@@ -1,0 +1,37 @@
+"""A stress variant: jarp calls dispatched on all 4 devices, never awaited, that reach jarp's Python callback late.
+
+Each device first runs a slow matmul chain (a few hundred ms), then a jarp call of a fresh plan (so it takes
+jarp's Python callback path on an XLA worker thread). The main thread does not wait: it is inside interpreter
+finalization by the time the callbacks run. Without a guard, the worker that takes the GIL then is ended by
+CPython (pthread_exit) and the process hangs destroying XLA's CPU client.
+"""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jarp.warp import jax_kernel
+from tests.warp import kernels as k
+
+g = jax_kernel(k.scale_sum_square, enable_backward=True)
+assert jax.device_count() == 4
+mesh = jax.make_mesh((4,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
+xs = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("d")))
+np.testing.assert_allclose(jax.jit(lambda a: g(a, a, 2.0)[0])(xs), 9 * np.arange(32) ** 2, rtol=1e-6)
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 600
+
+
+def late(a, w):
+    for _ in range(4):
+        w = jnp.tanh(w @ w)
+    return g(a + 0 * w[0, :64].sum(), a, 2.0)[0]  # the jarp call waits for the matmul chain
+
+
+w = jnp.eye(n, dtype=jnp.float32)
+a = jax.device_put(jnp.arange(64, dtype=jnp.float32), NamedSharding(mesh, P("d")))
+jax.jit(late)(a, w)  # never awaited
+print("dispatched", flush=True)
