@@ -1,6 +1,6 @@
 """Run pairs of ``tests/warp/distributed_worker.py`` (two jax.distributed processes) and count clean exits and hangs.
 
-    python benchmarks/exit_hang/pair_hunt.py --root /work/wt-exit --pairs 40 --parallel 2 --tag dist
+    python benchmarks/exit_hang/pair_hunt.py --root . --pairs 40 --parallel 2 --tag dist
 
 ``--root`` is the checkout whose ``tests.warp.distributed_worker`` (and ``jarp``) the workers import (they run with
 that directory as their working directory). A pair whose processes have not both exited within ``--timeout`` counts

@@ -123,6 +123,20 @@ def _drop_executors(handles: list[int]) -> None:
 registry.on_release(_drop_executors)
 
 
+def _drain_at_exit() -> None:
+    """At interpreter exit, keep XLA's worker threads out of the Python callback (see `NativeHandler.drain_at_exit`).
+
+    Registered when jarp is imported, so that it runs after the exit hooks of the code that imports jarp (which
+    may still call kernels) and before JAX's own (atexit runs the last registered first), all before CPython
+    starts finalizing. On the Python path there is nothing to guard with: see docs/multi-device.md.
+    """
+    if _native_handler is not None:
+        _native_handler.drain_at_exit()
+
+
+atexit.register(_drain_at_exit)
+
+
 def ensure_registered() -> None:
     """Register jarp's FFI targets with XLA for CPU and CUDA (once per process)."""
     global _registered
@@ -144,9 +158,6 @@ def ensure_registered() -> None:
             # The native handler serves prepared kernel plans and passes every other frame to these callbacks.
             native.configure(int(SESSION), callbacks)
             _native_handler = native
-            # At exit, before JAX's own hooks (atexit runs the last registered first) and before CPython
-            # finalizes: no XLA worker may enter the Python callback after that (see drain_at_exit).
-            atexit.register(native.drain_at_exit)
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
             for platform in _PLATFORMS:
                 address = callbacks[(platform, graph)] if native is None else native.address(platform, graph)

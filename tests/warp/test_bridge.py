@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 
 import jax
@@ -97,47 +96,16 @@ def test_registered_once():
     assert _ffi.is_registered()
 
 
-_MULTI_DEVICE = textwrap.dedent(
-    """
-    import jax, jax.numpy as jnp, numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    from jarp.warp import jax_kernel
-    from tests.warp import kernels as k
-
-    m = jax_kernel(k.triple_kernel)
-    g = jax_kernel(k.scale_sum_square, enable_backward=True)
-    assert jax.device_count() == 4
-    x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8)
-    np.testing.assert_array_equal(jax.pmap(lambda x: m(x)[0])(x), 3 * np.asarray(x))
-    mesh = jax.make_mesh((4,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
-    xs = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("d")))
-    f = jax.jit(jax.shard_map(lambda x: m(x)[0], mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-    np.testing.assert_array_equal(f(xs), 3 * np.arange(32))
-
-    def loss(a):
-        per_shard = jax.shard_map(lambda a: g(a, a, 2.0)[0], mesh=mesh, in_specs=P("d"), out_specs=P("d"))
-        return jnp.sum(per_shard(a))
-
-    # d/da sum((2a + a)^2) = 18 a
-    np.testing.assert_allclose(jax.jit(jax.grad(loss))(xs), 18 * np.arange(32), rtol=1e-6)
-    # plain jit with sharded inputs (no shard_map): XLA runs the call on the gathered operand
-    np.testing.assert_allclose(jax.jit(jax.grad(lambda a: jnp.sum(g(a, a, 2.0)[0])))(xs), 18 * np.arange(32), rtol=1e-6)
-    print("multi-device ok", flush=True)
-    # The script ends normally: the last result is replicated and np.asarray reads one replica, so XLA may still
-    # run the kernel call on the other devices while the interpreter exits; on the native path jarp's exit hook
-    # keeps such a call out of Python (docs/multi-device.md). The Python launch path has no such guard.
-    import os
-    if os.environ.get("JARP_LAUNCH") == "python":
-        os._exit(0)
-    """
-)
-
-
 def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
-        [sys.executable, "-c", _MULTI_DEVICE], env=env, cwd=root, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tests.warp.multi_device_script"],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "multi-device ok" in proc.stdout

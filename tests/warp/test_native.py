@@ -285,3 +285,30 @@ def test_after_the_exit_hook_only_prepared_plans_run() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused:" in proc.stdout, proc.stdout[-2000:]
     assert "the Python interpreter is exiting" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_an_exit_hook_registered_after_importing_jarp_can_still_run_new_plans() -> None:
+    """jarp's exit guard runs after the exit hooks of the code that imports it, so those may still call kernels."""
+    script = textwrap.dedent(
+        """
+        import atexit
+        import jax, jax.numpy as jnp, numpy as np
+        from jarp.warp import jax_kernel
+        from tests.warp import kernels as k
+
+        m = jax_kernel(k.triple_kernel)
+
+        def report():
+            # a plan never called before: its first call goes through jarp's Python callback
+            print("at exit:", np.asarray(jax.jit(lambda x: m(x)[0])(jnp.arange(3.0))).tolist(), flush=True)
+
+        atexit.register(report)
+        np.testing.assert_allclose(jax.jit(lambda x: m(x)[0])(jnp.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "at exit: [0.0, 3.0, 6.0, 9.0]" not in proc.stdout  # guards against a stale first result
+    assert "at exit: [0.0, 3.0, 6.0]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
