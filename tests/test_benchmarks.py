@@ -54,8 +54,8 @@ def _check_exit(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_check_exit_counts_clean_exits_failures_and_hangs(tmp_path: Path) -> None:
     ok, fails, hangs = tmp_path / "ok.py", tmp_path / "fails.py", tmp_path / "hangs.py"
-    # a script outside the checkout that imports its tests package: check_exit puts the checkout on PYTHONPATH
-    ok.write_text("import tests.examples_support\nprint('fine')\n")
+    # check_exit puts this checkout first on PYTHONPATH (scripts import tests.warp; an installed jarp may differ)
+    ok.write_text(f"import os\nassert os.environ['PYTHONPATH'].split(os.pathsep)[0] == {str(ROOT)!r}\n")
     fails.write_text("raise SystemExit(3)\n")
     hangs.write_text("import time\ntime.sleep(600)\n")
 
