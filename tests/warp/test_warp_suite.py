@@ -200,6 +200,11 @@ def test_tables_are_consistent() -> None:
             assert not a & b, a & b
 
 
+def test_the_suite_child_exits_normally(warp_suite: SuiteRun) -> None:
+    # no os._exit: the child tears its interpreter down like any script (jarp's exit guard, docs/multi-device.md)
+    assert warp_suite.exit == "exit code 0", warp_suite.log[-4000:]
+
+
 def test_the_suite_is_the_one_triaged(warp_suite: SuiteRun) -> None:
     assert warp_suite.collected, f"Warp's suite did not run:\n{warp_suite.log}"
     assert sorted(warp_suite.collected) == sorted(WARP_TESTS), (

@@ -261,11 +261,6 @@ def _child_main(output: str, names: Sequence[str]) -> None:
             out.write(json.dumps({"crash": traceback.format_exc()}) + "\n")
         out.write(json.dumps({"done": True}) + "\n")
         out.flush()
-    # Skip interpreter teardown: destroying a multi-device CPU client after Python FFI callbacks ran on its worker
-    # threads hangs now and then (docs/multi-device.md, "Known issue").
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -283,6 +278,8 @@ class SuiteRun:
         replaced: the Warp attributes that were replaced by jarp's.
         log: the child's stdout and stderr (tail), for diagnostics.
         seconds: wall time of the child.
+        exit: how the child ended: ``"exit code <n>"``, or ``"timed out"`` (killed, even if every test had
+            finished: a hang at interpreter exit shows up here).
 
     Example:
         ```python
@@ -296,6 +293,7 @@ class SuiteRun:
     replaced: tuple[str, ...]
     log: str
     seconds: float
+    exit: str = "exit code 0"
 
 
 def child_environment(sitecustomize_dir: str) -> dict[str, str]:
@@ -372,7 +370,8 @@ def run_suite(names: Iterable[str] = (), timeout: float = 240.0) -> SuiteRun:
             os.killpg(proc.pid, 9)
             log, _ = proc.communicate()
         lines = [json.loads(line) for line in output.read_text().splitlines() if line.strip()]
-    return _parse(lines, names, log or "", timed_out, time.monotonic() - start)
+    run = _parse(lines, names, log or "", timed_out, time.monotonic() - start)
+    return dataclasses.replace(run, exit="timed out" if timed_out else f"exit code {proc.returncode}")
 
 
 def _parse(lines: list[dict[str, Any]], names: list[str], log: str, timed_out: bool, seconds: float) -> SuiteRun:
