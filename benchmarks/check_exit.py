@@ -60,20 +60,14 @@ def run_once(
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         if dump:
-            gdb = shutil.which("gdb")
-            if gdb:  # native stacks of every thread (the hang seen before was in XLA joining its worker threads)
-                bt = subprocess.run(
-                    [gdb, "-p", str(proc.pid), "-batch", "-ex", "info threads", "-ex", "thread apply all bt"],
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
+            stacks = native_stacks(proc.pid)
+            if stacks is not None:
                 if save is not None:
                     path = save / f"hang_{tag}_{index}.txt"
-                    path.write_text(bt.stdout + "\n--- gdb stderr ---\n" + bt.stderr)
+                    path.write_text(stacks)
                     print(f"run {index} hung; gdb backtrace in {path}", flush=True)
                 else:
-                    print(f"run {index} hung; gdb backtrace:\n{bt.stdout[-20000:]}", flush=True)
+                    print(f"run {index} hung; gdb backtrace:\n{stacks[-20000:]}", flush=True)
             proc.send_signal(signal.SIGABRT)  # faulthandler prints every Python thread's stack, then the process dies
             try:
                 out, err = proc.communicate(timeout=10)
@@ -83,7 +77,7 @@ def run_once(
         else:
             proc.kill()
             out, err = proc.communicate()
-        if save is not None and dump:
+        if save is not None:
             with (save / f"hang_{tag}_{index}.txt").open("a") as f:
                 f.write(f"\n--- process stdout ---\n{out}\n--- process stderr ---\n{err}")
         return Run(index, "hung", None, time.perf_counter() - t0, out, err)
@@ -119,7 +113,7 @@ def main() -> int:
     # This checkout's jarp and tests (scripts import ``tests.warp``), whatever jarp is installed.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     if args.spy:
-        env["LD_PRELOAD"] = str(_spy())
+        env["LD_PRELOAD"] = str(spy_library())
     is_path = args.script.endswith(".py") or os.sep in args.script
     cmd = [sys.executable, str(Path(args.script).resolve())] if is_path else [sys.executable, "-m", args.script]
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
@@ -158,7 +152,24 @@ def main() -> int:
     return 0 if counts["ok"] == args.runs else 1
 
 
-def _spy() -> Path:
+def native_stacks(pid: int) -> str | None:
+    """gdb's ``info threads`` and every thread's backtrace of process ``pid`` (and gdb's stderr); None without gdb.
+
+    The hang at exit this script was written for was a thread pool joining its workers: only native stacks show it.
+    """
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return None
+    bt = subprocess.run(
+        [gdb, "-p", str(pid), "-batch", "-ex", "info threads", "-ex", "thread apply all bt"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return bt.stdout + "\n--- gdb stderr ---\n" + bt.stderr
+
+
+def spy_library() -> Path:
     """The pthread_exit spy shim, compiled next to its source with the system's ``cc`` when missing."""
     lib = SPY_SOURCE.with_suffix(".so")
     if not lib.exists():

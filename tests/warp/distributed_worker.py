@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
 import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +38,34 @@ from . import kernels as k
 N_PROCESSES = 2
 LOCAL_DEVICES = 2
 N = 16  # global length: four elements per device
+
+
+def start_workers(cwd: Path, env: Mapping[str, str], streams: Sequence[tuple[Any, Any]]) -> list[subprocess.Popen]:
+    """Start the `N_PROCESSES` workers on a free localhost port, each with `LOCAL_DEVICES` CPU devices.
+
+    Args:
+        cwd: the checkout whose ``tests.warp.distributed_worker`` (and ``jarp``) the workers import.
+        env: the environment; the device count and ``JAX_PLATFORMS=cpu`` are set on top of it.
+        streams: ``(stdout, stderr)`` for each process, as `subprocess.Popen` takes them.
+
+    Returns:
+        The started processes, in process-id order.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = dict(env, XLA_FLAGS=f"--xla_force_host_platform_device_count={LOCAL_DEVICES}", JAX_PLATFORMS="cpu")
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.warp.distributed_worker", str(port), str(i)],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+        for i, (out, err) in enumerate(streams)
+    ]
 
 
 def inputs() -> tuple[list[float], list[float], float]:

@@ -8,11 +8,9 @@ that each process lowered, registered and ran its own plans.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,33 +31,18 @@ _ROOT = Path(__file__).resolve().parents[2]
 _TIMEOUT = 120.0  # seconds for both workers together; a run takes about 10 s here
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run_workers(logs: Path) -> list[dict[str, Any]]:
     """Start both workers and wait for them; return their parsed ``RESULT`` lines.
 
     If one worker fails, the other (which would wait for it at the next collective) is killed at once; if they do not
     finish within `_TIMEOUT`, both are killed. Either way the test fails with both workers' stderr.
     """
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={worker.LOCAL_DEVICES}")
-    env["JAX_PLATFORMS"] = "cpu"
-    port = _free_port()
-    procs = []
-    for i in range(worker.N_PROCESSES):
-        with open(logs / f"out{i}", "w") as out, open(logs / f"err{i}", "w") as err:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tests.warp.distributed_worker", str(port), str(i)],
-                    cwd=_ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=err,
-                )
-            )
+    with contextlib.ExitStack() as files:  # closed once started: the children hold their own copies
+        streams = [
+            (files.enter_context(open(logs / f"out{i}", "w")), files.enter_context(open(logs / f"err{i}", "w")))
+            for i in range(worker.N_PROCESSES)
+        ]
+        procs = worker.start_workers(_ROOT, os.environ, streams)
     deadline = time.monotonic() + _TIMEOUT
     while any(p.poll() is None for p in procs) and all(p.poll() in (None, 0) for p in procs):
         if time.monotonic() > deadline:
