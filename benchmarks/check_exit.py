@@ -10,7 +10,7 @@ cause of the hang described in ``exit_hang/README.md``. The script is a path, or
 
     python benchmarks/check_exit.py examples/multi_device.py --runs 100
     python benchmarks/check_exit.py tests.warp.multi_device_script --runs 100 --launch python
-    python benchmarks/check_exit.py benchmarks/exit_hang/md_jarp_stress.py --runs 100 --spy --save /tmp/hangs
+    python benchmarks/check_exit.py tests.warp.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
 
 By default ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` (as ``examples/multi_device.py`` sets it).
 """

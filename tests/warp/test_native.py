@@ -225,36 +225,21 @@ def test_an_unknown_launch_path_is_refused() -> None:
     assert "JARP_LAUNCH='fast' is not a launch path; use 'native' (the default) or 'python'" in proc.stderr
 
 
-_UNAWAITED_AT_EXIT = """
-import jax, jax.numpy as jnp, numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
-from jarp.warp import jax_kernel
-from tests.warp import kernels as k
-
-g = jax_kernel(k.scale_sum_square)
-mesh = jax.make_mesh((4,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
-
-def late(a, w):
-    for _ in range(4):
-        w = jnp.tanh(w @ w)  # a few hundred ms on each device before the kernel call
-    return g(a + 0 * w[0, :64].sum(), a, 2.0)[0]
-
-a = jax.device_put(jnp.arange(64, dtype=jnp.float32), NamedSharding(mesh, P("d")))
-jax.jit(late)(a, jnp.eye(600, dtype=jnp.float32))  # a new plan on 4 devices, never awaited
-print("dispatched", flush=True)
-"""
-
-
 @pytest.mark.skipif(not NATIVE, reason="the guard is in the native handler; the Python path still hangs here")
 def test_the_process_exits_while_xla_still_runs_kernel_calls_nobody_waited_for() -> None:
     """Kernel calls reaching the Python callback after the script ended: the interpreter still exits.
 
     Without jarp's exit hook, each XLA worker that takes the GIL after CPython began finalizing is ended by
-    CPython (``pthread_exit``), and destroying XLA's CPU client then waits for it forever (it hung 2 runs of 2).
+    CPython (``pthread_exit``), and destroying XLA's CPU client then waits for it forever (12 runs of 12 hung).
     """
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-c", _UNAWAITED_AT_EXIT], cwd=_ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tests.warp.unawaited_at_exit_script"],
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dispatched" in proc.stdout

@@ -1,4 +1,9 @@
-"""A stress variant: jarp calls dispatched on all 4 devices, never awaited, that reach jarp's Python callback late.
+"""Kernel calls dispatched on all 4 devices, never awaited, that reach jarp's Python callback after the script ends.
+
+Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+(``tests/warp/test_native.py`` does; ``benchmarks/check_exit.py`` runs it many times):
+
+    python -m tests.warp.unawaited_at_exit_script [matrix size, default 600]
 
 Each device first runs a slow matmul chain (a few hundred ms), then a jarp call of a fresh plan (so it takes
 jarp's Python callback path on an XLA worker thread). The main thread does not wait: it is inside interpreter
