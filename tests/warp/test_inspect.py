@@ -46,7 +46,10 @@ def _info(f: Callable[..., Any], *args: Any) -> list[PlanInfo]:
 
 
 def test_list_plans_is_a_snapshot_in_handle_order() -> None:
-    jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])(jnp.ones(3, jnp.float32))
+    # keep the jitted function (and so its executable's lease on the plan): listing is a safe point that releases
+    # plans no executable uses, so a plan of a dropped function may already be gone (after test_lifetimes, all are)
+    f = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])
+    f(jnp.ones(3, jnp.float32))
     plans = list_plans()
     assert isinstance(plans, list)
     assert len(plans) == len(registry) > 0
