@@ -256,9 +256,13 @@ class _Registry:
                 self.plan(handle)
             except ReleasedPlanError:
                 return None
-            self._leases[handle] = self._leases.get(handle, 0) + 1
-            self._idle.discard(handle)
-            return _Lease(self, handle)
+            return self._new_lease(handle)
+
+    def _new_lease(self, handle: int) -> _Lease:
+        """Count one more lease on ``handle`` (with the lock held) and return it."""
+        self._leases[handle] = self._leases.get(handle, 0) + 1
+        self._idle.discard(handle)
+        return _Lease(self, handle)
 
     def _acquire(self, plan: Plan, lease: bool) -> tuple[int, _Lease | None]:
         with self._lock:
@@ -269,11 +273,7 @@ class _Registry:
                 self._next += 1
                 self._plans[handle] = plan
                 self._handles[plan] = handle
-            token = None
-            if lease:
-                self._leases[handle] = self._leases.get(handle, 0) + 1
-                self._idle.discard(handle)
-                token = _Lease(self, handle)
+            token = self._new_lease(handle) if lease else None
         self._notify(released)
         return handle, token
 
