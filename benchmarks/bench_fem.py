@@ -57,7 +57,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import hyperelastic as fem64  # noqa: E402
 
-from jarp.warp import _ffi  # noqa: E402
+from jarp.warp._ffi import _target  # noqa: E402
 
 # Beam cells (nx, ny, nz), 6 tetrahedra each, about 5 : 1 : 1 like the example's beam.
 SIZES = {"1e3": (18, 3, 3), "1e4": (46, 6, 6), "1e5": (99, 13, 13)}  # 972, 9,936 and 100,386 tetrahedra
@@ -319,9 +319,9 @@ def main() -> None:
             results.append(r)
     print()
     print(table(results))
-    print(f"\nlaunch path {_ffi.launch_path()}; load at the end: {' '.join(f'{a:.2f}' for a in os.getloadavg())}")
+    print(f"\nlaunch path {_target.launch_path()}; load at the end: {' '.join(f'{a:.2f}' for a in os.getloadavg())}")
     if args.json:
-        meta = {"jax": jax.__version__, "warp": wp.config.version, "launch_path": _ffi.launch_path()}
+        meta = {"jax": jax.__version__, "warp": wp.config.version, "launch_path": _target.launch_path()}
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     if args.plot:
         plot(results, args.plot)

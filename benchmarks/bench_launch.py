@@ -34,7 +34,7 @@ wp.config.quiet = True
 import _kernels as K  # noqa: E402
 
 import jarp.warp  # noqa: E402
-from jarp.warp import _ffi, _native  # noqa: E402
+from jarp.warp._ffi import _native, _target  # noqa: E402
 
 CHAIN = 201  # launches in the long chain; the short one has 1
 FLOOR_TARGET = "jarp_bench_floor"
@@ -216,7 +216,7 @@ def python_path_part(repeat: int, threads: bool) -> dict:
     if floor is not None:
         kernels["floor"] = floor
     m = marginal_launch(kernels, repeat)
-    res = {"path": _ffi.launch_path(), "marginal": m}
+    res = {"path": _target.launch_path(), "marginal": m}
     if threads:
         res["threads"] = thread_scaling()
     return res

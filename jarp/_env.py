@@ -17,7 +17,7 @@ import jax
 import warp as wp
 
 import jarp
-from jarp.warp import _ffi, _plans
+from jarp.warp._ffi import _registry, _target
 
 __all__ = ["environment", "format_environment"]
 
@@ -91,17 +91,17 @@ def _warp() -> dict[str, Any]:
 
 
 def _jarp() -> dict[str, Any]:
-    was_registered = _ffi.is_registered()
-    registered: Any = _guard(_ffi.ensure_registered)
+    was_registered = _target.is_registered()
+    registered: Any = _guard(_target.ensure_registered)
     if registered is None:
-        registered = _ffi.is_registered()
+        registered = _target.is_registered()
     return {
-        "ffi_targets": [_ffi.TARGET, _ffi.TARGET_NO_GRAPH],
-        "ffi_platforms": list(_ffi._PLATFORMS),
+        "ffi_targets": [_target.TARGET, _target.TARGET_NO_GRAPH],
+        "ffi_platforms": list(_target._PLATFORMS),
         "ffi_registered_before": was_registered,
         "ffi_registered": registered,
-        "plans": len(_plans.registry),
-        "executors": _ffi.executor_count(),
+        "plans": len(_registry.registry),
+        "executors": _target.executor_count(),
     }
 
 

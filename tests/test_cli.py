@@ -77,13 +77,13 @@ def test_json_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
 
 def test_report_survives_failing_probes(monkeypatch: pytest.MonkeyPatch) -> None:
     from jarp import _env
-    from jarp.warp import _ffi
+    from jarp.warp._ffi import _target
 
     def broken() -> None:
         raise OSError("no XLA for you")
 
-    monkeypatch.setattr(_ffi, "ensure_registered", broken)
-    monkeypatch.setattr(_ffi, "is_registered", lambda: False)
+    monkeypatch.setattr(_target, "ensure_registered", broken)
+    monkeypatch.setattr(_target, "is_registered", lambda: False)
     monkeypatch.setattr(_env, "_jax", broken)
     env = _env.environment()
     assert env["jax"] == "error: OSError: no XLA for you"

@@ -218,7 +218,7 @@ def test_compiled_step_runs_the_hessian_product_kernel_and_no_dense_matrix() -> 
     import equinox as eqx
     import jax
 
-    from jarp.warp._plans import registry
+    from jarp.warp._ffi._registry import registry
 
     ex = load_example()
     true_net = ex.make_net(4, 2, ex.true_log_stiffness(2, 0))

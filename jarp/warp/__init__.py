@@ -5,7 +5,7 @@ from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
 from ._energy import Energy as Energy
 from ._energy import energy as energy
-from ._ffi_callback import register_ffi_callback as register_ffi_callback
+from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
 from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
 from ._inspect import PlanInfo as PlanInfo

@@ -9,14 +9,15 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from . import _annotations, _dims, _internals
-from ._binding import BoundCall, warp_dtypes
-from ._module import AbstractWarpModule, make_module, warn_unused_option
+from ._base import AbstractWarpModule, make_module, warn_unused_option
 from ._options import JaxCallableOptions
-from ._planner import build_plan, protect_inputs
-from ._plans import Plan, Runs
-from ._signature import Signature, check_vmap_method, make_signature, normalize_output_dims, tuple_of_str
-from ._weakcache import weak_cache
+from ._plan import _annotations, _dims
+from ._plan._binding import BoundCall, warp_dtypes
+from ._plan._builder import build_plan, protect_inputs
+from ._plan._signature import Signature, check_vmap_method, make_signature, normalize_output_dims, tuple_of_str
+from ._plan._values import Plan, Runs
+from ._plan._weakcache import weak_cache
+from ._upstream import _warp_internals
 
 _WHAT = "jax_callable()"
 
@@ -27,7 +28,7 @@ def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tupl
 
 
 # Under Warp's lock: factories typically define kernels and Warp functions.
-@weak_cache(lock=_internals.warp_lock)
+@weak_cache(lock=_warp_internals.warp_lock)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
     func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations
     if not callable(func):

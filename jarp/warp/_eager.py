@@ -17,8 +17,9 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _errors, _jax_internals
-from ._static_keys import Static
+from ._ffi import _errors
+from ._plan._static_keys import Static
+from ._upstream import _jax_internals
 
 
 def _thaw(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """Inspection: the launch plans this process has registered, generated kernel source, ahead-of-time CUDA builds.
 
-The process-local plan registry (`jarp/warp/_plans.py`) is the source of truth for
+The process-local plan registry (`jarp/warp/_values.py`) is the source of truth for
 `list_plans`: every Warp launch that was lowered in this process left one plan
 there, and every (plan, device) pair that ran left one executor in the FFI bridge.
 `kernel_source` and `compile_aot` work on the Warp module behind a kernel, which
@@ -19,10 +19,13 @@ from typing import Any, Literal
 import numpy as np
 import warp as wp
 
-from . import _ffi, _internals, _launch
 from ._callable import JaxCallable
+from ._ffi import _target
+from ._ffi._registry import registry
 from ._kernel import JaxKernel
-from ._plans import Binding, Buffer, Param, Plan, registry
+from ._plan import _launch_checks
+from ._plan._values import Binding, Buffer, Param, Plan
+from ._upstream import _warp_internals
 
 __all__ = ["BufferInfo", "ParamInfo", "PlanInfo", "compile_aot", "kernel_source", "list_plans"]
 
@@ -233,8 +236,8 @@ def list_plans() -> list[PlanInfo]:
         print(info)  # plan 0: kernel triple_kernel (module __main__) ...
         ```
     """
-    with _ffi._executors_lock:
-        keys = sorted(_ffi._executors)
+    with _target._executors_lock:
+        keys = sorted(_target._executors)
     devices: dict[int, list[str]] = {}
     for handle, ordinal in keys:
         devices.setdefault(handle, []).append(_device_name(ordinal))
@@ -279,7 +282,7 @@ def _warp_module(obj: Any, what: str) -> wp.Module:
 def _block_dim_of(obj: Any, block_dim: int | None, what: str) -> int | None:
     """The requested block dim: ``block_dim`` if given, else a `JaxKernel`'s own, else Warp's default (None)."""
     if block_dim is not None:
-        return _launch.check_block_dim(block_dim, what)
+        return _launch_checks.check_block_dim(block_dim, what)
     return obj.block_dim if isinstance(obj, JaxKernel) else None
 
 
@@ -335,8 +338,8 @@ def kernel_source(
     module = _warp_module(kernel_or_module, what)
     block_dim = _block_dim_of(kernel_or_module, block_dim, what)
     if device == "cuda" and arch is None:
-        arch = _internals.default_cuda_arch()
-    return _internals.module_codegen(module, device, arch, block_dim)
+        arch = _warp_internals.default_cuda_arch()
+    return _warp_internals.module_codegen(module, device, arch, block_dim)
 
 
 def _archs(arch: int | Iterable[int], what: str) -> tuple[int, ...]:
@@ -406,12 +409,12 @@ def compile_aot(
     """
     what = "compile_aot()"
     module = _warp_module(kernel_or_module, what)
-    _internals.runtime_core()  # Warp must be initialised to know its CUDA toolkit
+    _warp_internals.runtime_core()  # Warp must be initialised to know its CUDA toolkit
     archs = _archs(arch, what)
     out_dir = None if module_dir is None else os.fspath(module_dir)
     block_dim = _block_dim_of(kernel_or_module, block_dim, what)
     if block_dim is None or block_dim == module.options["block_dim"]:
         paths = wp.compile_aot_module(module, arch=list(archs), module_dir=out_dir, use_ptx=use_ptx)
     else:
-        paths = _internals.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
+        paths = _warp_internals.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
     return {a: Path(p) for a, p in zip(archs, paths, strict=True)}

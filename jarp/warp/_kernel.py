@@ -8,35 +8,36 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from . import _analysis, _dims, _internals, _launch, _preload, _runtime_scalars
-from ._binding import BoundCall, warp_dtypes
-from ._module import AbstractWarpModule, make_module
+from ._base import AbstractWarpModule, make_module
 from ._options import JaxKernelOptions
-from ._planner import build_plan
-from ._plans import Plan, Runs
-from ._signature import (
+from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars
+from ._plan._binding import BoundCall, warp_dtypes
+from ._plan._builder import build_plan
+from ._plan._signature import (
     Signature,
     check_vmap_method,
     make_signature,
     normalize_output_dims,
     tuple_of_str,
 )
-from ._weakcache import weak_cache
+from ._plan._values import Plan, Runs
+from ._plan._weakcache import weak_cache
+from ._upstream import _warp_internals
 
 _WHAT = "jax_kernel()"
 
 
 def _optional_dims(value: Any) -> tuple[int, ...] | None:
-    return None if value is None else _launch.normalize_launch_dims(value, f"{_WHAT}: launch_dims")
+    return None if value is None else _launch_checks.normalize_launch_dims(value, f"{_WHAT}: launch_dims")
 
 
 def _block_dim(value: Any) -> int | None:
-    return _launch.check_block_dim(value, _WHAT)
+    return _launch_checks.check_block_dim(value, _WHAT)
 
 
 def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
     """Which of ``names`` a kernel (or ``@wp.func``) writes, following the arrays into the functions it calls."""
-    direct, calls = _analysis.written_arrays(_internals.kernel_source(fn), names)
+    direct, calls = _analysis.written_arrays(_warp_internals.kernel_source(fn), names)
     written = set(direct)
     if depth < 8:  # deep enough for real code, bounded for recursive functions
         scope = getattr(fn.func, "__globals__", {})
@@ -44,7 +45,7 @@ def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[st
             callee = scope.get(callee_name)
             if name in written or not isinstance(callee, wp.Function) or not hasattr(callee, "adj"):
                 continue
-            params = [label for label, _ in _internals.kernel_params(callee)]
+            params = [label for label, _ in _warp_internals.kernel_params(callee)]
             if pos < len(params) and _written_inputs(callee, (params[pos],), depth + 1):
                 written.add(name)
     return tuple(n for n in names if n in written)
@@ -52,11 +53,11 @@ def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[st
 
 @weak_cache
 def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
-    return make_signature(_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
+    return make_signature(_warp_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
 # Under Warp's lock: a new overload changes the module Warp may be building in another thread.
-@weak_cache(lock=_internals.warp_lock)
+@weak_cache(lock=_warp_internals.warp_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
     try:
@@ -165,7 +166,7 @@ class JaxKernel(AbstractWarpModule):
                 "num_outputs if they are outputs."
             )
         structs = tuple(p.name for p in sig.inputs if p.is_struct)
-        written_fields = _analysis.written_struct_fields(_internals.kernel_source(self.kernel), structs)
+        written_fields = _analysis.written_struct_fields(_warp_internals.kernel_source(self.kernel), structs)
         if written_fields:
             raise ValueError(
                 f"{_WHAT}: kernel {self.kernel.key!r} writes to struct field(s) {list(written_fields)}; a struct's "
@@ -173,7 +174,9 @@ class JaxKernel(AbstractWarpModule):
                 "separate output parameter (or in_out_argnames) instead of through the struct."
             )
         if self.enable_backward and sig.num_in_out:
-            stored = _analysis.plainly_stored(_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out))
+            stored = _analysis.plainly_stored(
+                _warp_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out)
+            )
             if stored:
                 raise ValueError(
                     f"{_WHAT}: in_out_argnames {list(stored)} are overwritten (`a[i] = ...`) by kernel "
@@ -209,7 +212,7 @@ class JaxKernel(AbstractWarpModule):
         dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
         results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
         block_dim = options.get("block_dim")
-        block_dim = self.block_dim if block_dim is None else _launch.check_block_dim(block_dim, what)
+        block_dim = self.block_dim if block_dim is None else _launch_checks.check_block_dim(block_dim, what)
         _preload.preload(target, self.module_preload_mode, block_dim)
         return build_plan(
             Runs.KERNEL,

@@ -7,8 +7,8 @@ from typing import Any, TypeVar, cast
 
 import warp as wp
 
-from . import _internals
 from . import types as _types
+from ._upstream import _warp_internals
 
 __all__ = ["struct"]
 
@@ -42,7 +42,7 @@ class _GenericStructMeta(type):
             return cached
         # Warp's lock, not one of the class's own: a generic callable's factory (run under Warp's
         # lock) may specialise a struct, and two locks taken in both orders could deadlock.
-        with _internals.warp_lock():
+        with _warp_internals.warp_lock():
             cached = cls._jarp_cache.get(dtype)
             if cached is None:
                 cached = cls._jarp_cache[dtype] = cls._jarp_specialise(dtype)
@@ -156,7 +156,7 @@ def struct(cls: _T) -> _T:
         raise TypeError(msg)
     factory = getattr(cls, "__annotations_factory__", None)
     if factory is None:
-        with _internals.warp_lock():
+        with _warp_internals.warp_lock():
             return cast("_T", wp.struct(cls))
     if not callable(factory):
         msg = (

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _dtypes
+from ._plan import _dtypes
 from .types import _matrix_type, _vector_type
 
 __all__ = ["to_warp"]

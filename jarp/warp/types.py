@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import warp as wp
 
-from . import _dtypes
+from ._plan import _dtypes
 
 __all__ = ["matrix", "vector"]
 

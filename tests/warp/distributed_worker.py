@@ -31,7 +31,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # Importing jarp and defining kernels does not start a JAX backend, so it may come before jax.distributed.initialize.
-from jarp.warp import _ffi, jax_kernel, list_plans
+from jarp.warp import jax_kernel, list_plans
+from jarp.warp._ffi import _target
 
 from . import kernels as k
 
@@ -132,7 +133,9 @@ def main(port: int, process_id: int) -> dict[str, object]:
     ]
     # jarp releases a plan once no executable uses it; the two jitted functions hold theirs until here.
     del forward, value_and_grad
-    result.update(process=jax.process_index(), session=int(_ffi.SESSION), launch_path=_ffi.launch_path(), plans=plans)
+    result.update(
+        process=jax.process_index(), session=int(_target.SESSION), launch_path=_target.launch_path(), plans=plans
+    )
     return result
 
 

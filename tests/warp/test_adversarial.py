@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _plans, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi import _registry
 
 from . import kernels as k
 
@@ -144,11 +145,11 @@ def test_other_modules_keep_working_after_an_error() -> None:
 def test_bad_launch_dims_at_call_are_refused_and_leave_no_stale_state() -> None:
     m = jax_kernel(k.triple_kernel)
     x = _x()
-    before = len(_plans.registry)
+    before = len(_registry.registry)
     for dims in (-1, (2, -3), "five", (1.5,), (), (1 << 62, 1 << 62)):
         with pytest.raises((TypeError, ValueError), match="launch_dims"):
             m(x, launch_dims=dims)
-    assert len(_plans.registry) == before
+    assert len(_registry.registry) == before
     np.testing.assert_allclose(m(x)[0], 3 * np.asarray(x))
     np.testing.assert_allclose(m(x, launch_dims=3)[0][:3], 3 * np.asarray(x)[:3])
 

@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from jarp.warp import _analysis
-from jarp.warp._analysis import overwritten_outputs
+from jarp.warp._plan import _analysis
+from jarp.warp._plan._analysis import overwritten_outputs
 
 
 def _src(body: str) -> str:

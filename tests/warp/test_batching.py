@@ -1,6 +1,6 @@
 """vmap, for both module kinds: the sequential default is correct for every kernel; folding stays available.
 
-Unit: the batching rule of ``jarp/warp/_primitive.py``. The default (``vmap_method="sequential"``) runs one launch
+Unit: the batching rule of ``jarp/warp/_jax/_primitive.py``. The default (``vmap_method="sequential"``) runs one launch
 per batch slice and is correct for kernels that are not elementwise (gathers through a per-batch table, reads of
 ``a.shape[0]``, atomic reductions into fixed-size outputs). ``"broadcast_all"`` (alias ``"expand_dims"``), at
 construction or per call, is correct for elementwise kernels; for a ``JaxKernel`` it folds the batch into launch

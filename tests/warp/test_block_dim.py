@@ -22,9 +22,10 @@ import pytest
 import warp as wp
 from jax.test_util import check_grads
 
-from jarp.warp import _internals, jax_kernel
+from jarp.warp import jax_kernel
+from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import compile_aot, kernel_source, list_plans
-from jarp.warp._plans import registry
+from jarp.warp._upstream import _warp_internals
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -263,13 +264,13 @@ def test_block_dim_is_a_static_int_field() -> None:
 
 def test_preload_loads_the_block_dim_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[tuple[str, Any]] = []
-    real = _internals.load_entry_points
+    real = _warp_internals.load_entry_points
 
     def recording(kernel: wp.Kernel, device: Any, block_dim: int | None = None) -> Any:
         loads.append((kernel.key, block_dim))
         return real(kernel, device, block_dim)
 
-    monkeypatch.setattr(_internals, "load_entry_points", recording)
+    monkeypatch.setattr(_warp_internals, "load_entry_points", recording)
     row_sum = jax_kernel(row_sum_kernel, output_dims=3, block_dim=48)
     jax.jit(lambda a: row_sum(a, launch_dims=(3, 48))[0]).trace(_matrix(3, TILE)).lower()
     assert ("row_sum_kernel", 48) in loads

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi import _registry, _target
 
 from . import kernels as k
 
@@ -27,10 +28,10 @@ def test_retracing_does_not_grow_the_registry():
         return jax.jit(jax.grad(lambda x: jnp.sum(m(x)[0] ** 2))).lower(x)
 
     run()
-    before = len(_plans.registry)
+    before = len(_registry.registry)
     for _ in range(20):
         run()
-    assert len(_plans.registry) == before
+    assert len(_registry.registry) == before
 
 
 def test_equal_plans_share_a_handle():
@@ -93,7 +94,7 @@ def test_lowers_for_cuda_without_a_gpu():
 
 def test_registered_once():
     jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])(jnp.ones(2, jnp.float32))
-    assert _ffi.is_registered()
+    assert _target.is_registered()
 
 
 def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
@@ -141,7 +142,7 @@ def test_compiled_calls_are_unique_to_the_process():
     # plan handles index a process-local registry: the lowered call carries a per-process token, so JAX's
     # persistent compilation cache can never hand this executable to another process
     text = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0]).lower(jnp.ones(3, jnp.float32)).as_text()
-    assert f"session = {int(_ffi.SESSION)} : i64" in text
-    code = "from jarp.warp import _ffi; print(int(_ffi.SESSION))"
+    assert f"session = {int(_target.SESSION)} : i64" in text
+    code = "from jarp.warp._ffi import _target; print(int(_target.SESSION))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert int(other.stdout.split()[-1]) != int(_ffi.SESSION)
+    assert int(other.stdout.split()[-1]) != int(_target.SESSION)

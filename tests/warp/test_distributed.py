@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jarp.warp import _ffi, jax_kernel
+from jarp.warp import jax_kernel
+from jarp.warp._ffi import _target
 
 from . import distributed_worker as worker
 from . import kernels as k
@@ -100,10 +101,10 @@ def test_shard_map_across_two_processes_matches_one_process(results: list[dict[s
 
 def test_each_process_registers_and_runs_its_own_plans(results: list[dict[str, Any]]) -> None:
     jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])(jnp.ones(1, jnp.float32)).block_until_ready()
-    sessions = {r["session"] for r in results} | {int(_ffi.SESSION)}
+    sessions = {r["session"] for r in results} | {int(_target.SESSION)}
     assert len(sessions) == 3  # a per-process token: no process can run an executable lowered by another
     for result in results:
-        assert result["launch_path"] == _ffi.launch_path()  # the workers inherit this process's JARP_LAUNCH
+        assert result["launch_path"] == _target.launch_path()  # the workers inherit this process's JARP_LAUNCH
         # The forward kernel and Warp's adjoint each ran in this process on its own CPU devices, on one shard
         # (launch dims 16 / 4 devices = 4), not on the gathered array.
         kinds = sorted({p["kind"] for p in result["plans"]})

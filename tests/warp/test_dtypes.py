@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _dtypes, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._plan import _dtypes
 from tests.warp import kernels_dtypes as kd
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)

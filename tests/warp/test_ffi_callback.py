@@ -13,7 +13,8 @@ import pytest
 import warp as wp
 
 import jarp
-from jarp.warp import _ffi_callback, register_ffi_callback
+from jarp.warp import register_ffi_callback
+from jarp.warp._ffi import _user_callback
 from tests.warp import test_gpu
 
 _counter = itertools.count()
@@ -179,7 +180,7 @@ def test_registering_a_name_again_replaces_the_function(name: str) -> None:
     np.testing.assert_array_equal(np.asarray(f(x)), np.ones(3, np.float32))
     register_ffi_callback(name, fill(5.0))  # XLA would refuse a second handler; jarp swaps the function
     np.testing.assert_array_equal(np.asarray(f(x)), np.full(3, 5.0, np.float32))  # also in compiled code
-    assert len(_ffi_callback._trampolines[name]) == 2  # one per platform, registered once
+    assert len(_user_callback._trampolines[name]) == 2  # one per platform, registered once
 
     with pytest.raises(ValueError, match="graph_compatible=True"):
         register_ffi_callback(name, fill(2.0), graph_compatible=False)
@@ -215,7 +216,7 @@ def test_invalid_arguments_are_rejected(name: str) -> None:
         register_ffi_callback(name, 3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="a target of jarp itself"):
         register_ffi_callback("jarp_warp_call", warp_func)
-    assert name not in _ffi_callback._callbacks
+    assert name not in _user_callback._callbacks
 
 
 def test_lowers_for_cuda_and_registers_a_cuda_handler(name: str) -> None:

@@ -1,4 +1,4 @@
-"""The FFI target `jarp_warp_call` trusts nothing it did not make (`jarp/warp/_ffi.py`, `_callback`).
+"""The FFI target `jarp_warp_call` trusts nothing it did not make (`jarp/warp/_target.py`, `_callback`).
 
 Every frame jarp did not lower in this process (a serialised executable from another process, a hand-written
 ``jax.ffi.ffi_call("jarp_warp_call", ...)``) must end in a Python exception naming what was wrong, never a
@@ -71,14 +71,17 @@ def _records(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]
 _DIRECT = """
 import json, re, sys
 import jax, jax.numpy as jnp, numpy as np
-from jarp.warp import _ffi, _plans, jax_kernel
+from jarp.warp import jax_kernel
+from jarp.warp._ffi import _target
+from jarp.warp._ffi import _registry
+from jarp.warp._plan import _values
 from tests.warp import kernels as k
 
 m = jax_kernel(k.triple_kernel)
 x = jnp.arange(8, dtype=jnp.float32)
 f = jax.jit(lambda x: m(x)[0])
 H = int(re.search(r"plan = (-?[0-9]+)", f.lower(x).as_text()).group(1))
-S = int(_ffi.SESSION)
+S = int(_target.SESSION)
 np.testing.assert_array_equal(np.asarray(f(x)), 3 * np.arange(8, dtype=np.float32))
 
 
@@ -93,7 +96,7 @@ def released_handle():
     jax.clear_caches()
     jax_kernel(_make_kernel(3))(x)  # Warp's module keeps this kernel of the same key instead; a safe point
     gc.collect()
-    assert handle not in _plans.registry
+    assert handle not in _registry.registry
     return handle
 
 

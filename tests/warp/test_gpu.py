@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _runtime_scalars, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import compile_aot, kernel_source, list_plans
-from jarp.warp._plans import registry
+from jarp.warp._plan import _runtime_scalars
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
 from tests.warp import kernels_ad, kernels_energy, kernels_hostile, kernels_struct, test_struct

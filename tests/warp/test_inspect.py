@@ -20,8 +20,8 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import BufferInfo, ParamInfo, PlanInfo, compile_aot, kernel_source, list_plans
-from jarp.warp._plans import registry
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
 
@@ -230,9 +230,9 @@ def test_kernel_source_cuda_with_generic_overloads() -> None:
 
 
 def test_kernel_source_default_arch_is_warps() -> None:
-    from jarp.warp import _internals
+    from jarp.warp._upstream import _warp_internals
 
-    assert kernel_source(k64, "cuda") == kernel_source(k64, "cuda", arch=_internals.default_cuda_arch())
+    assert kernel_source(k64, "cuda") == kernel_source(k64, "cuda", arch=_warp_internals.default_cuda_arch())
 
 
 @pytest.mark.parametrize(

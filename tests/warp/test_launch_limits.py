@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _internals, jax_callable, jax_kernel
-from jarp.warp._plans import registry
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi._registry import registry
+from jarp.warp._upstream import _warp_internals
 from tests.warp import kernels as k
 
 BIG = 2**31 + 1
@@ -171,7 +172,7 @@ def test_failed_module_load_raises_runtime_error_at_the_call(monkeypatch: pytest
 def test_failed_module_load_in_load_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inc_1d_kernel.module, "load", lambda *a, **kw: None)
     with pytest.raises(RuntimeError, match=r"after a previous build failure.*kernel 'inc_1d_kernel'"):
-        _internals.load_entry_points(inc_1d_kernel, wp.get_device("cpu"), 64)
+        _warp_internals.load_entry_points(inc_1d_kernel, wp.get_device("cpu"), 64)
 
 
 @pytest.mark.parametrize("what", ["kernel", "callable"])

@@ -1,6 +1,6 @@
 """What jarp keeps alive: dropped kernels are released with their plans (failed builds: test_stale_state.py).
 
-Unit: the plan registry's leases (``_plans._Registry``: a handle stays registered while an executable lowered with
+Unit: the plan registry's leases (``_registry._Registry``: a handle stays registered while an executable lowered with
 it lives, and is released at the next trace or ``jax.clear_caches()`` once none does), with the FFI executors and
 native launch descriptors dropped with their plans. Measured with weak references, ``gc.collect()`` and
 ``tracemalloc``; Warp alone is the reference for what stays alive (its module keeps the latest kernel of each key).
@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _ffi, _plans, jax_callable, jax_kernel
-from jarp.warp._plans import ReleasedPlanError, registry
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi import _registry, _target
+from jarp.warp._ffi._registry import ReleasedPlanError, registry
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -191,9 +192,9 @@ def test_released_plans_drop_their_executors() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     jax.clear_caches()
     gc.collect()
-    _plans.registry.release_idle()
-    native = _ffi._native_handler
-    before = _ffi.executor_count()
+    _registry.registry.release_idle()
+    native = _target._native_handler
+    before = _target.executor_count()
     published = native.published() if native is not None else 0
     for i in range(1, 6):
         (y,) = jax_kernel(_make_kernel(i))(x)
@@ -204,8 +205,8 @@ def test_released_plans_drop_their_executors() -> None:
             assert native.published() >= published + 1
     jax.clear_caches()
     gc.collect()
-    _plans.registry.release_idle()
-    assert _ffi.executor_count() <= before
+    _registry.registry.release_idle()
+    assert _target.executor_count() <= before
     if native is not None:
         assert native.published() <= published  # released plans' descriptors are withdrawn
 
@@ -217,12 +218,12 @@ def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
     compiled = _lower(jax_kernel(kernel), x).compile()
     np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
     (handle,) = [int(h) for h in _handles(compiled.as_text())]
-    module_exec = weakref.ref(_ffi._cpu_executors[handle].entry.module_exec)
+    module_exec = weakref.ref(_target._cpu_executors[handle].entry.module_exec)
     del compiled
     jax.clear_caches()
     jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
     assert handle not in registry  # released
-    assert handle not in _ffi._cpu_executors  # its executor dropped
+    assert handle not in _target._cpu_executors  # its executor dropped
     assert _alive([module_exec]) == 1  # but the code it called stays loaded while the kernel lives
     del kernel
     jax_kernel(_make_kernel(7))(x)
@@ -263,4 +264,4 @@ def test_memory_is_bounded_over_200_create_call_drop_cycles() -> None:
         tracemalloc.stop()
     # A leak of one kernel, plan and executable per cycle is hundreds of KiB per 90 cycles.
     assert second - first < 256 * 1024, f"grew {(second - first) / 1024:.0f} KiB over 90 cycles"
-    assert sum("scale_by" in getattr(p.target, "key", "") for p in _plans.registry.plans()) == 0
+    assert sum("scale_by" in getattr(p.target, "key", "") for p in _registry.registry.plans()) == 0

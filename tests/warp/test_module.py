@@ -1,6 +1,6 @@
 """The module contract, written once for both kinds: ``jarp.warp.JaxKernel`` and ``jarp.warp.JaxCallable``.
 
-Unit: ``jarp/warp/_module.py`` (``AbstractWarpModule`` and the factories ``jax_kernel``/``jax_callable``). A module
+Unit: ``jarp/warp/_base.py`` (``AbstractWarpModule`` and the factories ``jax_kernel``/``jax_callable``). A module
 is an Equinox module with no leaves and only static fields; it is immutable, equal and hashable by value, and copies
 (normalises) its options at construction. Rebuilding an equal module retraces nothing under ``jax.jit`` and
 ``eqx.filter_jit``, compiles nothing new eagerly and registers no new FFI target. Construction errors name the
@@ -22,7 +22,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
-from jarp.warp._module import AbstractWarpModule
+from jarp.warp._base import AbstractWarpModule
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
 from tests.warp.kernels import (

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jarp.warp import _ffi, _native, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._ffi import _native, _target
 
 from . import kernels as k
 from . import kernels_struct as ks
@@ -40,25 +41,25 @@ def test_the_launch_path_is_the_one_the_environment_asks_for() -> None:
     _registered()
     if NATIVE:
         # The native path is the default wherever it builds; it must build on every machine jarp supports.
-        assert _ffi.launch_path() == "native"
-        assert _ffi._native_handler is not None
-        assert _ffi._native_handler.path.exists()
+        assert _target.launch_path() == "native"
+        assert _target._native_handler is not None
+        assert _target._native_handler.path.exists()
     else:
-        assert _ffi.launch_path() == f"python ({_native.ENV}=python)"
-        assert _ffi._native_handler is None
+        assert _target.launch_path() == f"python ({_native.ENV}=python)"
+        assert _target._native_handler is None
 
 
 @pytest.fixture
 def python_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each frame that reaches the Python callback (the callbacks look `_callback` up per call)."""
     calls: list[str] = []
-    original = _ffi._callback
+    original = _target._callback
 
     def counting(frame: int, platform: str, graph: bool) -> int | None:
         calls.append(platform)
         return original(frame, platform, graph)
 
-    monkeypatch.setattr(_ffi, "_callback", counting)
+    monkeypatch.setattr(_target, "_callback", counting)
     return calls
 
 
@@ -126,17 +127,17 @@ def test_a_frame_that_does_not_match_goes_to_python_for_its_error() -> None:
     np.testing.assert_allclose(f(x), 3 * np.arange(6))
     text = f.lower(x).as_text()
     handle = int(text.split("plan = ")[1].split(" ")[0])
-    call = jax.ffi.ffi_call(_ffi.TARGET, jax.ShapeDtypeStruct((5,), jnp.float32))
+    call = jax.ffi.ffi_call(_target.TARGET, jax.ShapeDtypeStruct((5,), jnp.float32))
     with pytest.raises(Exception, match=r"operand 0 .* is float32\[5\], the plan expects float32\[6\]"):
         jax.block_until_ready(
-            jax.jit(lambda y: call(y, plan=np.int64(handle), session=_ffi.SESSION))(jnp.ones(5, jnp.float32))
+            jax.jit(lambda y: call(y, plan=np.int64(handle), session=_target.SESSION))(jnp.ones(5, jnp.float32))
         )
 
 
 @pytest.mark.skipif(not NATIVE, reason="checks the native handler's layout table")
 def test_the_compiled_layout_is_checked_against_pythons_view(monkeypatch: pytest.MonkeyPatch) -> None:
     _registered()
-    handler = _ffi._native_handler
+    handler = _target._native_handler
     assert handler is not None
     handler._check_layout()  # the handler compiled from jaxlib's header agrees with _xla_ffi and _native
     wrong = _native._expected_layout()
@@ -153,7 +154,7 @@ def test_plans_prepared_from_eight_threads_at_once(python_calls: list[str]) -> N
     inputs = [jnp.arange(100 + i, dtype=jnp.float32) for i in range(8)]  # eight shapes: eight plans
     for f, x in zip(fns, inputs, strict=True):
         f.lower(x).compile()  # compile outside the race: the race is about first launches
-    before = _ffi._native_handler.published() if NATIVE else 0
+    before = _target._native_handler.published() if NATIVE else 0
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
@@ -172,7 +173,7 @@ def test_plans_prepared_from_eight_threads_at_once(python_calls: list[str]) -> N
         t.join()
     assert not errors, errors[0]
     if NATIVE:
-        assert _ffi._native_handler.published() - before == 8
+        assert _target._native_handler.published() - before == 8
         assert len(python_calls) < 8 * 20  # some calls raced the publication; later ones ran natively
         python_calls.clear()
         for f, x in zip(fns, inputs, strict=True):
@@ -189,7 +190,8 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
         import warnings
         warnings.simplefilter("always")
         import jax, jax.numpy as jnp, numpy as np
-        from jarp.warp import _ffi, _native, jax_kernel
+        from jarp.warp import jax_kernel
+        from jarp.warp._ffi import _native, _target
         from pathlib import Path
         from tests.warp import kernels as k
         _native._SOURCE = Path({str(broken)!r})
@@ -202,7 +204,7 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
         assert len(native) == 1, [str(w.message) for w in caught]
         assert native[0].category is RuntimeWarning
         assert "JARP_LAUNCH=python" in str(native[0].message)
-        assert _ffi.launch_path().startswith("python (the native handler failed to build"), _ffi.launch_path()
+        assert _target.launch_path().startswith("python (the native handler failed to build"), _target.launch_path()
         print("fallback ok")
         """
     )
@@ -251,12 +253,13 @@ def test_after_the_exit_hook_only_prepared_plans_run() -> None:
     script = textwrap.dedent(
         """
         import jax, jax.numpy as jnp, numpy as np
-        from jarp.warp import _ffi, jax_kernel
+        from jarp.warp import jax_kernel
+        from jarp.warp._ffi import _target
         from tests.warp import kernels as k
         m = jax_kernel(k.triple_kernel)
         f = jax.jit(lambda x: m(x)[0])
         np.testing.assert_allclose(f(jnp.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
-        assert _ffi._native_handler.drain_at_exit() == 0
+        assert _target._native_handler.drain_at_exit() == 0
         np.testing.assert_allclose(f(jnp.arange(4.0) + 1), [3.0, 6.0, 9.0, 12.0])
         try:
             jax.block_until_ready(f(jnp.arange(5.0)))  # a new plan: its first call needs the Python callback

@@ -4,7 +4,7 @@ XLA never calls the CUDA handler on a machine without a GPU, so these tests call
 directly: with a call frame built by hand from `_xla_ffi`'s ctypes declarations, a fake ``XLA_FFI_Api``
 (its ``DeviceOrdinal_Get``, ``Stream_Get`` and ``Error_Create`` are Python callbacks) and fake CUDA
 functions with the exact signatures Warp declares for ``wp_cuda_launch_kernel`` and ``wp_memset_device``.
-The descriptors are the real ones: `_ffi._CudaKernelExecutor` prepares real plans, with only Warp's module
+The descriptors are the real ones: `_target._CudaKernelExecutor` prepares real plans, with only Warp's module
 loading faked (a made-up context, CUfunctions, block, cluster and shared-memory sizes).
 
 The handler under test is a private copy of the compiled object, loaded into Warp's JIT under another
@@ -29,8 +29,11 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _ffi, _internals, _native, _xla_ffi, jax_kernel
-from jarp.warp._plans import Plan, registry
+from jarp.warp import jax_kernel
+from jarp.warp._ffi import _native, _target
+from jarp.warp._ffi._registry import registry
+from jarp.warp._plan._values import Plan
+from jarp.warp._upstream import _warp_internals, _xla_ffi
 
 from . import kernels as k
 
@@ -99,7 +102,7 @@ class FakeCuda:
     """
 
     def __init__(self) -> None:
-        core = _internals.runtime_core()
+        core = _warp_internals.runtime_core()
         launch, memset = core.wp_cuda_launch_kernel, core.wp_memset_device
         assert len(launch.argtypes) == 11
         assert len(memset.argtypes) == 5
@@ -280,7 +283,7 @@ class FakeDevice:
 
 
 def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int = CLUSTER) -> Any:
-    """A real `_ffi._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
+    """A real `_target._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
     size = math.prod(plan.launch_dims)
     device = FakeDevice()
     entry = SimpleNamespace(
@@ -301,10 +304,10 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
         real(kernel, wp.get_device("cpu"))  # builds the module, which resolves the kernel's grid_stride
         return entry
 
-    real = _internals.load_entry_points
+    real = _warp_internals.load_entry_points
 
-    monkeypatch.setattr(_internals, "load_entry_points", load_entry_points)
-    executor = _ffi._CudaKernelExecutor(plan, device)
+    monkeypatch.setattr(_warp_internals, "load_entry_points", load_entry_points)
+    executor = _target._CudaKernelExecutor(plan, device)
     assert loads == [(plan.target, device, plan.block_dim)]
     return executor
 
@@ -318,8 +321,8 @@ def _frame(env: Env, handle: int, plan: Plan, **kwargs: Any) -> Frame:
 def _param_sizes(plan: Plan, bounds: Any) -> list[int]:
     """The bytes of each kernel parameter: the bounds, then each parameter per argument block (Warp's types)."""
     sizes = []
-    for _, t in _internals.kernel_params(plan.target):
-        sizes.append(ctypes.sizeof(_internals.ArrayStruct) if hasattr(t, "ndim") else ctypes.sizeof(t._type_))
+    for _, t in _warp_internals.kernel_params(plan.target):
+        sizes.append(ctypes.sizeof(_warp_internals.ArrayStruct) if hasattr(t, "ndim") else ctypes.sizeof(t._type_))
     return [ctypes.sizeof(bounds)] + sizes * (2 if plan.adjoint else 1)
 
 
@@ -355,7 +358,7 @@ def _decode(raw: list[bytes], expected: list[Any], bounds_type: Any) -> list[Any
             assert b.size == math.prod(want[1])
             out.append(("bounds", tuple(b.shape)))
         elif want[0] == "array":
-            a = _internals.ArrayStruct.from_buffer_copy(data)
+            a = _warp_internals.ArrayStruct.from_buffer_copy(data)
             shape = tuple(a.shape[: a.ndim])
             out.append(("array", a.data, a.grad, shape, a.strides[a.ndim - 1]))
         else:
@@ -411,12 +414,12 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
         expected = _expected_params(plan, frame, s)
         assert _decode(launch["params"], expected, bounds_type) == expected, f"slice {s}"
 
-    # The Python path's launch (_CudaKernelExecutor.run through _internals.cuda_launch and cuda_memset,
+    # The Python path's launch (_CudaKernelExecutor.run through _warp_internals.cuda_launch and cuda_memset,
     # as the CUDA callback runs it) calls Warp's functions with the same arguments and parameter values.
     native = (list(env.cuda.memsets), [dict(launch) for launch in env.cuda.launches])
     env.reset(_param_sizes(plan, bounds_type))
     fake_core = SimpleNamespace(wp_cuda_launch_kernel=env.cuda.launch, wp_memset_device=env.cuda.memset)
-    monkeypatch.setattr(_internals, "runtime_core", lambda: fake_core)
+    monkeypatch.setattr(_warp_internals, "runtime_core", lambda: fake_core)
     executor.run(ctypes.addressof(frame.frame))
     assert (env.cuda.memsets, env.cuda.launches) == native
 
@@ -569,8 +572,8 @@ def test_the_copy_under_test_is_not_the_process_handler(env: Env) -> None:
         assert _native.status().startswith("python")
         return
     assert real.address("CUDA", True) != env.handler.address("CUDA", True)
-    _ffi.ensure_registered()
-    assert int(_ffi.SESSION) != TOKEN
+    _target.ensure_registered()
+    assert int(_target.SESSION) != TOKEN
     # The process's handler has its own session token, so a frame with the copy's token goes to *its*
     # slow path: jarp's Python callback, which answers through the frame's (fake) Error_Create.
     env.reset()

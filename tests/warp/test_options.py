@@ -15,7 +15,7 @@ from jarp.warp import (
     JaxKernel,
     JaxKernelCallOptions,
     JaxKernelOptions,
-    _module,
+    _base,
     jax_callable,
     jax_kernel,
 )
@@ -31,7 +31,7 @@ CASES = [
 @pytest.mark.parametrize(("cls", "options", "call_options"), CASES)
 def test_typed_dicts_list_exactly_the_fields(cls, options, call_options):
     fields = [f.name for f in dataclasses.fields(cls)]
-    assert _module.option_names(cls) == tuple(fields[1:])
+    assert _base.option_names(cls) == tuple(fields[1:])
     assert set(typing.get_type_hints(options)) == set(fields[1:])
     assert set(typing.get_type_hints(call_options)) == set(cls._call_options)
 
@@ -82,7 +82,7 @@ def test_modules_are_not_kept_alive_by_the_factory_cache():
     ],
 )
 def test_warp_compatibility_options_warn_once(option, monkeypatch):
-    monkeypatch.setattr(_module, "_warned", set())
+    monkeypatch.setattr(_base, "_warned", set())
     with pytest.warns(UserWarning, match="jarp does"):
         jax_callable(_func, **option)
     with warnings.catch_warnings():

@@ -20,8 +20,10 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jarp.warp import _eager, _plans, jax_callable, jax_kernel
-from jarp.warp._static_keys import Static, canonical, static_key
+from jarp.warp import _eager, jax_callable, jax_kernel
+from jarp.warp._ffi import _registry
+from jarp.warp._plan import _values
+from jarp.warp._plan._static_keys import Static, canonical, static_key
 from tests.warp import kernels_static_keys as K
 
 X = np.array([-1.0, 1.0, 2.0], np.float32)
@@ -80,7 +82,7 @@ def test_static_wrapper_compares_by_key() -> None:
 
 
 def test_bindings_compare_static_values_by_key() -> None:
-    b = _plans.Binding
+    b = _values.Binding
     assert b("static", value=-0.0) != b("static", value=0.0)
     assert b("static", value=float("nan")) == b("static", value=float("nan"))
     assert hash(b("static", value=float("nan"))) == hash(b("static", value=-math.nan))
@@ -115,7 +117,7 @@ def test_signed_zero_divisors_make_one_plan_each() -> None:
         jax.block_until_ready(k(x, s))
     zeros = [
         p.params[1].primal.value
-        for p in _plans.registry.plans()
+        for p in _registry.registry.plans()
         if p.target is K.divide_kernel and p.params[1].primal.source == "static" and p.params[1].primal.value == 0.0
     ]
     assert sorted(math.copysign(1.0, v) for v in zeros) == [-1.0, 1.0]
@@ -156,33 +158,33 @@ def test_nan_static_makes_one_plan_and_one_eager_executable() -> None:
     k = jax_kernel(K.write_f32_kernel)
     x = jnp.zeros(3, jnp.float32)
     executable = _eager._executables.get(k)  # this module's eager entry
-    plans, executables = len(_plans.registry), executable._cache_size()
+    plans, executables = len(_registry.registry), executable._cache_size()
     for s in _nans():
         (out,) = k(x, s)
         assert np.isnan(np.asarray(out)).all()
-    assert len(_plans.registry) - plans <= 1
+    assert len(_registry.registry) - plans <= 1
     assert executable._cache_size() - executables <= 1
 
 
 def test_nan_static_in_fresh_jits_makes_one_plan() -> None:
     k = jax_kernel(K.write_f32_kernel)
     x = jnp.zeros(3, jnp.float32)
-    plans = len(_plans.registry)
+    plans = len(_registry.registry)
     for s in _nans():
         (out,) = jax.jit(lambda x, s=s: k(x, s))(x)
         assert np.isnan(np.asarray(out)).all()
-    assert len(_plans.registry) - plans <= 1
+    assert len(_registry.registry) - plans <= 1
 
 
 def test_nan_struct_value_field_makes_one_plan() -> None:
     k = jax_kernel(K.struct_divide_kernel, num_outputs=2)
     x = jnp.asarray(X)
-    plans = len(_plans.registry)
+    plans = len(_registry.registry)
     for s in _nans():
         by_scale, by_v = k(x, {"scale": s, "v": (s, 2.0)})
         assert np.isnan(np.asarray(by_scale)).all()
         np.testing.assert_array_equal(by_v, X / np.float32(2.0))
-    assert len(_plans.registry) - plans <= 1
+    assert len(_registry.registry) - plans <= 1
 
 
 # --- 0, 0.0 and False: normalised to the parameter's type --------------------------------------------------------

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _annotations, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._plan import _annotations
 from tests.warp import kernels as k
 from tests.warp import string_annotations as sa
 

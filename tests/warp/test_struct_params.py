@@ -30,7 +30,7 @@ from jax.test_util import check_grads
 
 import jarp
 from jarp.warp import jax_callable, jax_kernel, list_plans
-from jarp.warp._plans import registry
+from jarp.warp._ffi._registry import registry
 from tests.warp import kernels_struct as ks
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)

@@ -1,6 +1,6 @@
 """Compositions with JAX and Equinox transformations, for both module kinds.
 
-Unit: how a module's primitive (``jarp/warp/_primitive.py``) composes: ``jax.jit`` and ``eqx.filter_jit`` (Python
+Unit: how a module's primitive (``jarp/warp/_jax/_primitive.py``) composes: ``jax.jit`` and ``eqx.filter_jit`` (Python
 floats stay static), ``lax.scan`` (and ``jax.grad`` through it), ``lax.while_loop``, ``lax.cond``,
 ``jax.checkpoint``, ahead-of-time lowering and ``jax.shard_map``. ``vmap`` has its own file (``test_batching.py``),
 reverse mode too (``test_autodiff.py``).

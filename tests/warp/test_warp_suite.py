@@ -134,7 +134,7 @@ DELIBERATE_DIFFERENCES: dict[str, tuple[str, str]] = {
     "test_ffi_jax_kernel_validates_all_target_block_dims_during_tracing_cpu": (
         "Items in the second set but not the first",
         "the test asserts that Warp's private bridge helper warp._src.jax.ffi._build_kernel_launch_bounds is called "
-        "while tracing; jarp does not run Warp's bridge: it checks the launch itself (jarp.warp._launch.check_launch, "
+        "while tracing; jarp does not run Warp's bridge: it checks the launch itself (jarp.warp._plan._launch_checks.check_launch, "
         "Warp's rule and wording, for the CUDA block dim and the CPU one) and builds the launch bounds when it "
         "prepares the executor. The accepted and refused launches are the ones Warp accepts and refuses "
         "(tests/warp/test_launch_limits.py)",

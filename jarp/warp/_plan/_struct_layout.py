@@ -57,7 +57,7 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _internals
+from .._upstream import _warp_internals
 from ._signature import ArgSpec, arg_spec, check_array_value
 
 __all__ = [
@@ -74,9 +74,9 @@ __all__ = [
     "struct_layout",
 ]
 
-_DATA_OFFSET = _internals.ArrayStruct.data.offset
-_GRAD_OFFSET = _internals.ArrayStruct.grad.offset
-_ARRAY_T_SIZE = ctypes.sizeof(_internals.ArrayStruct)
+_DATA_OFFSET = _warp_internals.ArrayStruct.data.offset
+_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
+_ARRAY_T_SIZE = ctypes.sizeof(_warp_internals.ArrayStruct)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,12 +144,12 @@ class StructLayout:
 
     def describe(self) -> str:
         """The struct's name, e.g. ``Mesh``."""
-        return _internals.struct_name(self.struct_type)
+        return _warp_internals.struct_name(self.struct_type)
 
     @property
     def ctype(self) -> type[ctypes.Structure]:
         """The struct's ctypes type: use it as the field type of the parameter in an argument block."""
-        return _internals.struct_ctype(self.struct_type)
+        return _warp_internals.struct_ctype(self.struct_type)
 
     @property
     def arrays(self) -> tuple[StructLeaf, ...]:
@@ -192,23 +192,23 @@ def struct_layout(struct_type: Any, param_name: str) -> StructLayout:
         >>> [(leaf.name, leaf.offset) for leaf in struct_layout(Material, "mat").leaves]
         [('mat.mu', 0), ('mat.dirs', 8)]
     """
-    if not _internals.is_struct_type(struct_type):
+    if not _warp_internals.is_struct_type(struct_type):
         raise TypeError(
             f"parameter {param_name!r}: expected a Warp struct type (from @wp.struct), got {struct_type!r}."
         )
     leaves: list[StructLeaf] = []
     _collect(struct_type, (param_name,), 0, leaves)
-    ctype = _internals.struct_ctype(struct_type)
+    ctype = _warp_internals.struct_ctype(struct_type)
     return StructLayout(param_name, struct_type, tuple(leaves), ctypes.sizeof(ctype), ctypes.alignment(ctype))
 
 
 def _collect(struct_type: Any, path: tuple[str, ...], base: int, leaves: list[StructLeaf]) -> None:
-    ctype = _internals.struct_ctype(struct_type)
-    for field, warp_type in _internals.struct_fields(struct_type):
+    ctype = _warp_internals.struct_ctype(struct_type)
+    for field, warp_type in _warp_internals.struct_fields(struct_type):
         fpath = (*path, field)
         name = ".".join(fpath)
         offset = base + getattr(ctype, field).offset
-        if _internals.is_struct_type(warp_type):
+        if _warp_internals.is_struct_type(warp_type):
             _collect(warp_type, fpath, offset, leaves)
         elif wp.types.is_array(warp_type):
             leaves.append(StructLeaf(fpath, offset, warp_type, _array_spec(name, warp_type)))
@@ -229,9 +229,9 @@ def _array_spec(name: str, warp_type: Any) -> ArgSpec:
             "(no indexed or Fabric arrays)."
         )
     dtype = warp_type.dtype
-    if _internals.is_struct_type(dtype):
+    if _warp_internals.is_struct_type(dtype):
         raise TypeError(
-            f"struct field {name!r} is an array of structs ({_internals.struct_name(dtype)}); jarp cannot pass arrays of "
+            f"struct field {name!r} is an array of structs ({_warp_internals.struct_name(dtype)}); jarp cannot pass arrays of "
             "structs. Use one array per struct field instead (a struct of arrays)."
         )
     if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":
@@ -321,20 +321,20 @@ def _flatten(
     what: str,
 ) -> None:
     name = ".".join(path)
-    fields = _internals.struct_fields(struct_type)
+    fields = _warp_internals.struct_fields(struct_type)
     names = [f for f, _ in fields]
-    key = _internals.struct_name(struct_type)
+    key = _warp_internals.struct_name(struct_type)
     if isinstance(value, (jax.Array, np.ndarray, np.generic, int, float, complex, str, bytes)) or value is None:
         raise TypeError(
             f"{what}: argument {name!r} is a struct {key} and got {_kind(value)}; pass a dict keyed by field name "
             f"({', '.join(names) or 'no fields'}) or an object with those attributes (a NamedTuple, dataclass, "
             "eqx.Module or Warp struct instance)."
         )
-    inst_type = _internals.struct_instance_type(value)
+    inst_type = _warp_internals.struct_instance_type(value)
     if inst_type is not None and inst_type is not struct_type:
         raise TypeError(
             f"{what}: argument {name!r} is a struct {key} and got a Warp struct instance of another type, "
-            f"{_internals.struct_name(inst_type)}."
+            f"{_warp_internals.struct_name(inst_type)}."
         )
     if isinstance(value, Mapping):
         unknown = [k for k in value if k not in names]
@@ -355,7 +355,7 @@ def _flatten(
                 f"{what}: argument {name!r} is missing field {fname!r} (no {how} {field!r} on the "
                 f"{type(value).__name__} given); a {key} needs {', '.join(names)}."
             ) from None
-        if _internals.is_struct_type(warp_type):
+        if _warp_internals.is_struct_type(warp_type):
             _flatten(warp_type, fpath, item, leaves, arrays, statics, what)
             continue
         leaf = next(leaves)
@@ -517,7 +517,7 @@ def struct_bytes(layout: StructLayout, array_shapes: Sequence[Sequence[int]], st
     for leaf, value in zip(layout.values, static_values, strict=True):
         parent, field = _parent(inst, leaf)
         setattr(parent, field, _warp_value(leaf, normalize_value(leaf, value)))
-    raw = bytearray(bytes(_internals.struct_instance_ctype(inst)))
+    raw = bytearray(bytes(_warp_internals.struct_instance_ctype(inst)))
     _write_arrays(raw, layout, array_shapes)
     return bytes(raw)
 
@@ -551,7 +551,9 @@ def _write_arrays(raw: bytearray, layout: StructLayout, array_shapes: Sequence[S
                 f"struct field {leaf.name!r} ({spec.describe()}): shape {shape} has neither {spec.warp_ndim} dims "
                 f"nor {spec.jax_ndim} ending in {spec.inner_shape}."
             )
-        arr = _internals.contiguous_array(spec.warp_ndim, shape, spec.np_dtype.itemsize * math.prod(spec.inner_shape))
+        arr = _warp_internals.contiguous_array(
+            spec.warp_ndim, shape, spec.np_dtype.itemsize * math.prod(spec.inner_shape)
+        )
         raw[leaf.offset : leaf.offset + _ARRAY_T_SIZE] = bytes(arr)
 
 

@@ -25,11 +25,12 @@ import ml_dtypes
 import numpy as np
 import warp as wp
 
-from . import _ffi, _xla_ffi
+from .._upstream import _xla_ffi
+from . import _target
 
 _PLATFORMS = (("cpu", "cpu"), ("CUDA", "cuda"))  # (XLA platform name, ExecutionContext.platform)
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-_RESERVED = (_ffi.TARGET, _ffi.TARGET_NO_GRAPH)
+_RESERVED = (_target.TARGET, _target.TARGET_NO_GRAPH)
 
 _lock = threading.Lock()
 # name -> (func, graph_compatible); the trampolines read the function from here at every call

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from . import _dtypes, _internals
+from .._upstream import _warp_internals
+from . import _dtypes
 
 ShapeLike = int | Sequence[int]
 
@@ -94,7 +95,7 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
                 "scalars, vectors or matrices only."
             )
         return ArgSpec(name, True, dtype, warp_type.ndim, inner, in_out)
-    if _internals.is_struct_type(warp_type):
+    if _warp_internals.is_struct_type(warp_type):
         from ._struct_layout import struct_layout  # the layout module builds on ArgSpec
 
         return ArgSpec(name, False, warp_type, 0, (), in_out, struct=struct_layout(warp_type, name))

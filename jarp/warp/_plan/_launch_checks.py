@@ -23,9 +23,9 @@ from typing import Any
 
 import warp as wp
 
-from . import _internals
-from ._plans import Buffer, Param
+from .._upstream import _warp_internals
 from ._signature import MAX_EXTENT, normalize_dims
+from ._values import Buffer, Param
 
 MAX_BLOCK_DIM = 1024
 # launch bounds carry the thread count as a size_t, and XLA sizes buffers with int64
@@ -113,15 +113,15 @@ def check_launch(kernel: wp.Kernel, dims: tuple[int, ...], block_dim: int | None
         ValueError: if an extent the kernel reads through ``wp.tid()`` exceeds ``2**31``,
             with Warp's message.
     """
-    if math.prod(dims) <= _internals.TID_MAX_EXTENT:
+    if math.prod(dims) <= _warp_internals.TID_MAX_EXTENT:
         return
     for bd in _target_block_dims(block_dim):
         try:
-            _internals.launch_bounds(kernel, dims, bd)
+            _warp_internals.launch_bounds(kernel, dims, bd)
         except ValueError as e:
             raise ValueError(
                 f"{what}: launch_dims {dims}: {e} The kernel reads that dimension through wp.tid(), so pass "
-                f"launch_dims of at most {_internals.TID_MAX_EXTENT} along it (split the work into several launches "
+                f"launch_dims of at most {_warp_internals.TID_MAX_EXTENT} along it (split the work into several launches "
                 "with an offset argument, or spread it over more launch dims); only dims the kernel never reads "
                 "through wp.tid() may be larger."
             ) from None

@@ -7,7 +7,8 @@ from typing import Any
 import jax
 import warp as wp
 
-from . import _internals, _weakcache
+from .._upstream import _warp_internals
+from . import _weakcache
 
 
 def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
@@ -34,5 +35,5 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
         key = (str(device), block_dim, bool(wp.config.enable_cpu_blocks))
         if key in loaded:
             continue
-        _internals.load_entry_points(kernel, device, block_dim)  # under Warp's lock
+        _warp_internals.load_entry_points(kernel, device, block_dim)  # under Warp's lock
         loaded[key] = True

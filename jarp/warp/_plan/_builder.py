@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from . import _analysis, _internals, _launch
+from .._upstream import _warp_internals
+from . import _analysis, _launch_checks
 from ._binding import BoundCall
-from ._plans import Binding, Buffer, Param, Plan, Runs
 from ._signature import Signature
+from ._values import Binding, Buffer, Param, Plan, Runs
 
 
 def build_plan(
@@ -43,7 +44,7 @@ def build_plan(
         block_dim: threads per block (kernels; None for Warp's default).
     """
     if runs is Runs.KERNEL:
-        _launch.check_launch(target, launch_dims, block_dim, name)
+        _launch_checks.check_launch(target, launch_dims, block_dim, name)
     params = []
     op_index = 0
     in_out_index = 0
@@ -69,7 +70,7 @@ def build_plan(
             params.append(Param(spec, Binding("operand", op_index)))
             op_index += 1
     operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands)
-    _launch.check_array_extents(params, operand_buffers, results, name)
+    _launch_checks.check_array_extents(params, operand_buffers, results, name)
     return Plan(
         runs=runs,
         adjoint=False,
@@ -95,7 +96,7 @@ def _zero_filled(
     """The pure outputs to zero-fill: all but those a kernel provably overwrites on every thread."""
     if runs is Runs.KERNEL:
         overwritten = _analysis.overwritten_outputs(
-            _internals.kernel_source(target), tuple(s.name for s in sig.outputs)
+            _warp_internals.kernel_source(target), tuple(s.name for s in sig.outputs)
         )
     else:
         overwritten = {}

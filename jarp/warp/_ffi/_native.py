@@ -34,7 +34,7 @@ import jax
 import jaxlib
 import warp as wp
 
-from . import _internals, _xla_ffi
+from .._upstream import _warp_internals, _xla_ffi
 
 __all__ = ["ENV", "LaunchDescriptor", "NativeHandler", "handler", "status"]
 
@@ -346,7 +346,7 @@ class NativeHandler:
         if cuda is not None:
             cuda_launch, cuda_memset = cuda
         elif wp.is_cuda_available():
-            cuda_launch, cuda_memset = _internals.cuda_launch_address(), _internals.cuda_memset_address()
+            cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
         self._configure(
             int(session),
             slow[("cpu", True)],
@@ -418,7 +418,7 @@ def _build(name: str | None = None) -> NativeHandler:
         name: the JIT module to load it as (default: one per cache key). Each name is a separate copy
             with its own table and configuration (tests drive such a copy with fake XLA and CUDA functions).
     """
-    _internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
+    _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
     source = _SOURCE.read_text()
     key = _cache_key(source)
     cache = Path(wp.config.kernel_cache_dir) / f"jarp_native_{key}"
@@ -431,11 +431,11 @@ def _build(name: str | None = None) -> NativeHandler:
             for name, text in _SHIM_HEADERS.items():
                 Path(shims, name).write_text(text)
             try:
-                _internals.compile_cpu_object(source, str(_SOURCE), str(partial), [shims, jax.ffi.include_dir()])
+                _warp_internals.compile_cpu_object(source, str(_SOURCE), str(partial), [shims, jax.ffi.include_dir()])
                 os.replace(partial, obj)
             finally:
                 partial.unlink(missing_ok=True)
-    lookup = _internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
+    lookup = _warp_internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
     return NativeHandler(lookup, obj)
 
 

@@ -21,9 +21,12 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _errors, _ffi, _internals, _jax_internals, _launch
-from ._plans import Buffer, Plan, Runs, registry
-from ._signature import FOLD_METHODS
+from .._ffi import _errors, _target
+from .._ffi._registry import registry
+from .._plan import _launch_checks
+from .._plan._signature import FOLD_METHODS
+from .._plan._values import Buffer, Plan, Runs
+from .._upstream import _jax_internals, _warp_internals
 
 warp_call_p = Primitive("jarp_warp_call")
 warp_call_p.multiple_results = True
@@ -107,9 +110,9 @@ _jax_internals.weak_cache_key_type(Plan)
 def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     del config
     if "cpu" in getattr(ctx.module_context, "platforms", ()):
-        _internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
-    _ffi.ensure_registered()
-    target = _ffi.TARGET if plan.graph_compatible else _ffi.TARGET_NO_GRAPH
+        _warp_internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
+    _target.ensure_registered()
+    target = _target.TARGET if plan.graph_compatible else _target.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(
         target,
         operand_output_aliases=dict(plan.aliases) or None,
@@ -120,7 +123,7 @@ def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
     # The lease keeps the plan registered while the executable (or its lowered/compiled stage) lives.
     handle, lease = registry.lease(plan)
     ctx.module_context.add_keepalive(lease)
-    return rule(ctx, *operands, plan=np.int64(handle), session=_ffi.SESSION)
+    return rule(ctx, *operands, plan=np.int64(handle), session=_target.SESSION)
 
 
 mlir.register_lowering(warp_call_p, _lowering)
@@ -175,7 +178,9 @@ def _fold(args: list[Any], mapped: list[bool], size: int, plan: Plan, config: Ca
         ops.append(a.reshape((size * buf.shape[0], *buf.shape[1:])))
     launch_dims = (size * plan.launch_dims[0], *plan.launch_dims[1:])
     if plan.runs is Runs.KERNEL:
-        _launch.check_launch(plan.target, launch_dims, plan.block_dim, f"{plan.name} under vmap_method='broadcast_all'")
+        _launch_checks.check_launch(
+            plan.target, launch_dims, plan.block_dim, f"{plan.name} under vmap_method='broadcast_all'"
+        )
     new = dataclasses.replace(
         plan,
         launch_dims=launch_dims,

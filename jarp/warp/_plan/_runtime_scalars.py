@@ -23,17 +23,17 @@ import types
 
 import warp as wp
 
-from . import _internals
+from .._upstream import _warp_internals
 from ._weakcache import weak_cache
 
 SUFFIX = "__jarp_rt"
 
 
-@weak_cache(lock=_internals.warp_lock)
+@weak_cache(lock=_warp_internals.warp_lock)
 def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     """The variant of ``kernel`` (a concrete overload) whose scalar parameters ``names`` are one-element arrays."""
-    params = dict(_internals.kernel_params(kernel))
-    tree = ast.parse(textwrap.dedent(_internals.kernel_source(kernel)))
+    params = dict(_warp_internals.kernel_params(kernel))
+    tree = ast.parse(textwrap.dedent(_warp_internals.kernel_source(kernel)))
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     fn.decorator_list = []
     for arg in fn.args.args:
@@ -71,4 +71,4 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     func.__annotations__ = annotations
     key = f"{kernel.key}{SUFFIX}_{'_'.join(names)}"
     module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{SUFFIX}_{'_'.join(names)}"
-    return _internals.make_kernel(func, source, key, module_name)
+    return _warp_internals.make_kernel(func, source, key, module_name)

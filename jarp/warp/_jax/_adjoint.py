@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import warp as wp
 
-from . import _jax_internals
-from ._plans import Binding, Buffer, Param, Plan
+from .._plan._values import Binding, Buffer, Param, Plan
+from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _launch
+from . import _launch_checks
 from ._binding import BoundCall
-from ._plans import Buffer
 from ._signature import check_launch_dims, output_dims_for
+from ._values import Buffer
 
 
 def _array_shapes(bound: BoundCall) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
@@ -46,7 +46,9 @@ def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
         if dims is None:
             raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
         return dims
-    return check_launch_dims(_launch.normalize_launch_dims(requested, f"{what}: launch_dims"), f"{what}: launch_dims")
+    return check_launch_dims(
+        _launch_checks.normalize_launch_dims(requested, f"{what}: launch_dims"), f"{what}: launch_dims"
+    )
 
 
 def result_buffers(

@@ -31,9 +31,12 @@ import jax
 import numpy as np
 import warp as wp
 
-from . import _dtypes, _errors, _internals, _native, _struct_layout, _xla_ffi
+from .._plan import _dtypes, _struct_layout
+from .._plan._values import Binding, Plan, Runs
+from .._upstream import _warp_internals, _xla_ffi
+from . import _errors, _native
 from ._fp_env import default_fp_env
-from ._plans import Binding, Plan, ReleasedPlanError, Runs, registry
+from ._registry import ReleasedPlanError, registry
 
 TARGET = "jarp_warp_call"
 # A per-process token lowered next to each plan handle (see _primitive._lowering). XLA passes attributes
@@ -63,7 +66,7 @@ _MEM = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
 _U64 = struct.Struct("<Q").unpack_from
 _I64 = struct.Struct("<q").unpack_from
 _FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
-_GRAD_OFFSET = _internals.ArrayStruct.grad.offset
+_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
 
 # The frame checks, as a few ``struct`` reads (each ~0.15 us) on the hot path; the slow readers of
 # `_xla_ffi` only explain a mismatch. Every read follows a pointer XLA handed over, and a value is
@@ -96,7 +99,7 @@ class _CallError(Exception):
 # an executable JAX still holds without its lease (its C++ dispatch cache, or a launch queued on a CUDA
 # stream or captured in a command buffer) may still reach that code, and a released plan is recovered
 # while its kernel lives. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
-_retained: weakref.WeakKeyDictionary[Any, dict[int, _internals.EntryPoints]] = weakref.WeakKeyDictionary()
+_retained: weakref.WeakKeyDictionary[Any, dict[int, _warp_internals.EntryPoints]] = weakref.WeakKeyDictionary()
 
 
 def _drop_executors(handles: list[int]) -> None:
@@ -271,7 +274,7 @@ def _check_attrs(frame: int, names: int) -> int:
 
 
 def _get_executor(key: tuple[int, int], platform: str) -> _Executor:
-    with _executors_lock, _internals.warp_lock():  # an executor loads the kernel's module
+    with _executors_lock, _warp_internals.warp_lock():  # an executor loads the kernel's module
         executor = _executors.get(key)
         if executor is None:
             plan = _plan(key[0])
@@ -432,13 +435,13 @@ class _KernelExecutor(_Executor):
         self.pointers = self.buffers.pointers
         kernel = plan.target
         self.adjoint = plan.adjoint
-        self.entry = _internals.load_entry_points(kernel, device, plan.block_dim)
+        self.entry = _warp_internals.load_entry_points(kernel, device, plan.block_dim)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
                 f"kernel {kernel.key!r} has no backward entry point; its module was built with "
                 "enable_backward=False (set wp.config.enable_backward or the module option to True)."
             )
-        self.bounds = _internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
+        self.bounds = _warp_internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
         self.empty = math.prod(plan.launch_dims) == 0
         nslices = math.prod(plan.batch_shape)
         self.nslices = nslices
@@ -486,8 +489,8 @@ class _KernelExecutor(_Executor):
                 src = 0 if binding.source == "operand" else 1
                 buf = buffers[src][binding.index]
                 element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
-                arr = _internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
-                fields.append((spec.name, _internals.ArrayStruct))
+                arr = _warp_internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
+                fields.append((spec.name, _warp_internals.ArrayStruct))
                 values.append(arr)
                 pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
                 grad = param.adjoint
@@ -564,7 +567,7 @@ class _CpuKernelExecutor(_KernelExecutor):
         if self.empty:
             return
         if self.cooperative:
-            _internals.cpu_block_error()  # clear a stale record
+            _warp_internals.cpu_block_error()  # clear a stale record
         if self.fast is not None:  # one slice, forward: the common case, kept lean
             block = self.words0.from_buffer_copy(self.raw0)
             for slot, src, index in self.fast:
@@ -587,7 +590,7 @@ class _CpuKernelExecutor(_KernelExecutor):
         return None if self.cooperative else super().describe()
 
     def _raise_block_error(self) -> None:
-        message = _internals.cpu_block_error()
+        message = _warp_internals.cpu_block_error()
         if message:
             raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
 
@@ -596,10 +599,10 @@ class _CudaKernelExecutor(_KernelExecutor):
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
         if not self.empty:  # as wp.launch checks the grid before it launches (once here: the dims are the plan's)
-            _internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
+            _warp_internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
 
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
-        # The same parameters, in the same order, as `run` passes through `_internals.cuda_launch`.
+        # The same parameters, in the same order, as `run` passes through `_warp_internals.cuda_launch`.
         params = [(2, 0)]  # the launch bounds
         for block, (_, _, template) in enumerate(self.blocks):
             params.extend((block, getattr(type(template), name).offset) for name, _ in template._fields_)
@@ -619,7 +622,7 @@ class _CudaKernelExecutor(_KernelExecutor):
         ptrs = self.pointers(frame)
         stream = _xla_ffi.get_stream(frame)
         for j, nbytes in self.zero:
-            _internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
+            _warp_internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
         if self.empty:
             return
         structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
@@ -633,7 +636,7 @@ class _CudaKernelExecutor(_KernelExecutor):
         for s in range(self.nslices):
             for block, slot, src, index, offs in self.slots:
                 ctypes.c_uint64.from_buffer(structs[block], slot * 8).value = ptrs[src][index] + offs[s]
-            _internals.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
+            _warp_internals.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
 
 
 class _CallableExecutor(_Executor):
@@ -687,7 +690,7 @@ class _CallableExecutor(_Executor):
             return
         # The function's first run builds and loads the Warp modules of the kernels it launches
         # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
-        with _internals.warp_lock():
+        with _warp_internals.warp_lock():
             self._run(frame)
         self.warm = True
 
@@ -701,7 +704,7 @@ class _CallableExecutor(_Executor):
         else:
             stream = wp.Stream(self.device, cuda_stream=_xla_ffi.get_stream(frame))
             for j, nbytes in self.zero:
-                _internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
+                _warp_internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
         func: Callable[..., Any] = plan.target
         for s in range(self.nslices):
             args = []

@@ -24,11 +24,14 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 
-from . import _adjoint, _eager, _internals, _rules
-from ._binding import BoundCall, bind_arguments
-from ._plans import Plan, registry
-from ._primitive import CallConfig
-from ._signature import Signature, check_vmap_method, normalize_output_dims
+from . import _eager, _rules
+from ._ffi._registry import registry
+from ._jax import _adjoint
+from ._jax._primitive import CallConfig
+from ._plan._binding import BoundCall, bind_arguments
+from ._plan._signature import Signature, check_vmap_method, normalize_output_dims
+from ._plan._values import Plan
+from ._upstream import _warp_internals
 
 
 class AbstractWarpModule(eqx.Module):
@@ -80,7 +83,7 @@ class AbstractWarpModule(eqx.Module):
         # Before building anything: a kernel whose plans are released leaves Warp's live set, so
         # the module build below does not include (and keep) it.
         registry.release_idle()
-        if _internals.take_build_failures():
+        if _warp_internals.take_build_failures():
             # A kernel whose build failed is often kept only by reference cycles (the traceback of
             # the error): collect them once, so that Warp's next build of that module leaves it out.
             gc.collect()

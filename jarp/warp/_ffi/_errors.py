@@ -25,7 +25,7 @@ import time
 import traceback
 from types import CodeType, TracebackType
 
-from . import _xla_ffi
+from .._upstream import _xla_ffi
 
 # How many unclaimed exceptions to keep: errors under a user's jax.jit are never claimed, and
 # an exception holds its traceback's frames alive.

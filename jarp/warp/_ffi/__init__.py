@@ -1,0 +1,15 @@
+"""FFI stage: what runs inside the custom call.
+
+- `_target`: registers jarp's FFI targets and holds the callback XLA calls (frame -> executor -> run).
+- `_frame`: reading and checking a call frame (attributes are untrusted; buffers must match the plan).
+- `_executors`: per-(plan, device) executors: the argument blocks and the launch, kernels and callables.
+- `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
+- `_registry`: the live plans by handle, and the leases executables hold on them.
+- `_native` and `_native_handler.cpp`: the native path (a C++ handler that launches with no Python).
+- `_trampoline`: the one ctypes-callback-to-FFI-target helper, shared with `_user_callback`.
+- `_user_callback`: `register_ffi_callback`, user functions as FFI targets.
+- `_errors`: exceptions as XLA FFI errors, and recovering them at the call site; `_fp_env`: the FP environment.
+
+Receives: call frames from XLA and plans by handle. Hands on: launches of Warp's compiled code. Never
+imports: the JAX stage or the public modules (it reads plan values from the plan stage).
+"""

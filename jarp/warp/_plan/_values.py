@@ -1,0 +1,159 @@
+"""Launch plans: everything static one FFI call needs, as hashable values (the registry is `_ffi._registry`).
+
+A plan is a hashable value (a kernel overload plus static configuration and the
+shapes of its buffers). JAX carries it as the parameter of jarp's primitive; at
+lowering time it is interned in the registry, and only its integer handle is
+baked into the compiled call as an attribute. The FFI callback reads that handle
+and finds the plan again, so nothing per trace is stored anywhere: two traces of
+the same call share one plan, and the registry grows only with genuinely new
+configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any, Literal
+
+import numpy as np
+
+from ._signature import ArgSpec
+from ._static_keys import canonical, static_key
+
+
+class Runs(enum.Enum):
+    """What a plan runs: a Warp kernel's compiled entry point, or a Python function that launches kernels."""
+
+    KERNEL = "kernel"
+    CALLABLE = "callable"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Binding:
+    """Where a kernel parameter's value comes from in one FFI call.
+
+    ``source`` is ``"operand"`` or ``"result"`` (a buffer, by index), ``"static"``
+    (a Python scalar baked into the plan), ``"struct"`` (a ``wp.struct``: its array
+    fields are the buffers ``fields``, its value fields ``value``) or ``"none"``.
+    ``fields`` index operands in a primal binding and results in an adjoint one.
+
+    Bindings (and so plans) compare ``value`` by identity of meaning
+    (`_static_keys.static_key`), not Python equality: ``-0.0`` and ``0.0`` give
+    different plans, every NaN the same one (``value`` holds the canonical NaN), and
+    ``0``, ``0.0`` and ``False`` differ. Executors read the plain ``value``.
+    """
+
+    source: Literal["operand", "result", "static", "struct", "none"]
+    index: int = -1
+    value: Any = None
+    fields: tuple[int, ...] = ()
+    _key: tuple[Any, ...] = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        value = canonical(self.value)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_key", (self.source, self.index, static_key(value), self.fields))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Binding):
+            return NotImplemented
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A kernel parameter with the buffers bound to its primal and (for adjoints) adjoint value."""
+
+    spec: ArgSpec
+    primal: Binding
+    adjoint: Binding = Binding("none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """The un-batched shape and dtype of one operand or result buffer (JAX convention)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A static launch configuration.
+
+    Attributes:
+        runs: what the plan runs: a kernel (`Runs.KERNEL`) or a Python function that launches
+            Warp kernels (`Runs.CALLABLE`).
+        adjoint: whether it runs the reverse-mode pass (the kernel's backward entry point, or the
+            function under a ``wp.Tape`` played back) instead of the forward one.
+        target: the kernel overload, or the Python function.
+        params: the parameters in call order, with their bindings.
+        launch_dims: the Warp launch dims (ignored for callables).
+        operands / results: the buffers, without batch dims.
+        zero_results: result indices zero-filled before the launch.
+        aliases: ``(operand, result)`` index pairs that share a buffer.
+        batch_shape: leading batch dims added by ``vmap`` (run as one launch per slice).
+        operand_batch: for each operand, which of ``batch_shape`` it carries (results carry all).
+        has_side_effect: keep the call even when its results are unused.
+        scalar_operands: operands that carry a runtime scalar parameter (one element, never folded).
+        protected: results that only give a callable a private copy of an input (aliased, discarded).
+        graph_compatible: may be captured in a CUDA graph by XLA.
+        name: a human-readable name for errors and inspection.
+        block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
+            the CPU); each device loads the module variant built for it (see
+            ``_internals.resolve_block_dim``). Ignored for callables.
+        cpu_blocks: ``wp.config.enable_cpu_blocks`` when the call was traced. It decides the
+            CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
+            (and a new executor) instead of reusing one loaded under the old setting.
+    """
+
+    runs: Runs
+    adjoint: bool
+    target: Any
+    params: tuple[Param, ...]
+    launch_dims: tuple[int, ...]
+    operands: tuple[Buffer, ...]
+    results: tuple[Buffer, ...]
+    zero_results: tuple[int, ...] = ()
+    aliases: tuple[tuple[int, int], ...] = ()
+    batch_shape: tuple[int, ...] = ()
+    operand_batch: tuple[tuple[bool, ...], ...] = ()
+    has_side_effect: bool = False
+    graph_compatible: bool = True
+    scalar_operands: tuple[int, ...] = ()
+    protected: tuple[int, ...] = ()
+    name: str = ""
+    block_dim: int | None = None
+    cpu_blocks: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.operand_batch:
+            object.__setattr__(self, "operand_batch", tuple(() for _ in self.operands))
+
+    @property
+    def label(self) -> str:
+        """``"kernel"``, ``"adjoint"``, ``"callable"`` or ``"callable_adjoint"`` (for inspection and messages)."""
+        if self.runs is Runs.KERNEL:
+            return "adjoint" if self.adjoint else "kernel"
+        return "callable_adjoint" if self.adjoint else "callable"
+
+    @property
+    def in_out_aliases(self) -> tuple[tuple[int, int], ...]:
+        """The ``(operand, result)`` pairs of in-out arguments (the protected input copies excluded)."""
+        return tuple((op, res) for op, res in self.aliases if res not in self.protected)
+
+    def operand_shape(self, i: int) -> tuple[int, ...]:
+        """The full shape of operand ``i``, with the batch dims it carries."""
+        batch = tuple(n for n, has in zip(self.batch_shape, self.operand_batch[i], strict=True) if has)
+        return batch + self.operands[i].shape
+
+    def result_shape(self, j: int) -> tuple[int, ...]:
+        return self.batch_shape + self.results[j].shape
