@@ -47,9 +47,9 @@ class _Lease:
 
     def __del__(self) -> None:
         # No module globals here: at interpreter shutdown they may already be None (nothing is left to release).
-        try:
+        try:  # noqa: SIM105 (not contextlib.suppress: contextlib may already be None)
             self._registry._dead.append(self.handle)
-        except Exception:  # noqa: SIM105 (contextlib may already be None)
+        except Exception:
             pass
 
     def __reduce__(self) -> tuple[Any, ...]:
