@@ -19,7 +19,7 @@ import warp as wp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import jarp
+import jarp.warp
 
 wp.config.quiet = True
 
@@ -31,7 +31,7 @@ def softplus_energy(x: wp.array(dtype=wp.float32), k: wp.float32, e: wp.array(dt
 
 
 def main() -> None:
-    layer = jarp.jax_kernel(softplus_energy, enable_backward=True)
+    layer = jarp.warp.jax_kernel(softplus_energy, enable_backward=True)
     n_dev = jax.device_count()
     mesh = jax.make_mesh((n_dev,), ("d",))
     x = jax.device_put(jnp.linspace(-2.0, 2.0, 8 * n_dev, dtype=jnp.float32), NamedSharding(mesh, P("d")))

@@ -3,16 +3,16 @@
 A Warp kernel computes the force of each spring, gathering the positions of its two end nodes through an edge index
 array. `jarp.warp.jax_kernel(..., enable_backward=True)` turns it into an immutable Equinox module that sits as a
 field of an ordinary `eqx.Module` model, next to the trainable parameters. The model is trained with
-`eqx.filter_jit` and a small Adam written in plain JAX, vmapped over several observed configurations of the chain,
-then saved and reloaded with `eqx.tree_serialise_leaves`.
+`eqx.filter_jit` and `optax.adam`, vmapped over several observed configurations of the chain, then saved and reloaded
+with `eqx.tree_serialise_leaves`.
 
 The kernel gathers through indices, so batching it by folding the batch into the launch (Warp's `broadcast_all`)
 would read the wrong frame's positions. jarp's default vmap launches every slice on its own and is correct; the script
 checks the batched Warp forces against a pure-JAX reference before training.
 
-Run:
+Run (needs the `examples` extra for optax; tqdm gives a progress bar when installed):
 
-    python examples/spring_layer.py                 # 48 masses, 300 steps
+    python examples/spring_layer.py                 # 48 masses, 8 frames, 300 steps
     python examples/spring_layer.py --n 8 --steps 20
     python examples/spring_layer.py --plot stiffness.png   # needs matplotlib (the `examples` extra)
 """
@@ -28,6 +28,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import warp as wp
 
 import jarp.warp
@@ -123,25 +124,20 @@ def loss_fn(params: SpringChain, static: SpringChain, xs: jax.Array, forces: jax
     return jnp.mean((predicted - forces) ** 2)
 
 
-def adam_init(params: SpringChain) -> tuple[SpringChain, SpringChain, jax.Array]:
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return zeros, zeros, jnp.zeros((), jnp.int32)
-
-
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=1)  # the Warp layer is static and hashable: one trace for the whole run
-def train_step(params, static, opt_state, xs, forces, lr):
-    """One Adam step on `params` (the trainable part of the model)."""
+def train_step(
+    params: SpringChain,
+    static: SpringChain,
+    optimiser: optax.GradientTransformation,
+    opt_state: optax.OptState,
+    xs: jax.Array,
+    forces: jax.Array,
+) -> tuple[SpringChain, optax.OptState, jax.Array]:
+    """One optax step on `params` (the trainable part of the model); returns the loss before the update."""
     loss, grads = jax.value_and_grad(loss_fn)(params, static, xs, forces)
-    m, v, t = opt_state
-    b1, b2, eps = 0.9, 0.999, 1e-8
-    t = t + 1
-    m = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
-    v = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
-    tf = t.astype(jnp.float32)
-    scale = lr * jnp.sqrt(1 - b2**tf) / (1 - b1**tf)
-    params = jax.tree_util.tree_map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps), params, m, v)
-    return params, (m, v, t), loss
+    updates, opt_state = optimiser.update(grads, opt_state, params)
+    return eqx.apply_updates(params, updates), opt_state, loss
 
 
 def progress(steps: int) -> tuple[Iterable[int], Callable[[str], None]]:
@@ -184,14 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("the Warp layer disagrees with the reference")
 
     params, static = eqx.partition(model, trainable(model))
-    opt_state = adam_init(params)
-    lr = jnp.float32(args.lr)
+    optimiser = optax.adam(args.lr)
+    opt_state = optimiser.init(params)
     steps, log = progress(args.steps)
     every = max(args.steps // 10, 1)
     start = time.perf_counter()
     first = last = None
     for step in steps:
-        params, opt_state, loss = train_step(params, static, opt_state, xs, forces, lr)
+        params, opt_state, loss = train_step(params, static, optimiser, opt_state, xs, forces)
         if step == 0 or (step + 1) % every == 0 or step + 1 == args.steps:
             last = float(loss)
             first = last if first is None else first
