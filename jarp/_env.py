@@ -17,7 +17,7 @@ import jax
 import warp as wp
 
 import jarp
-from jarp.warp._ffi import _registry, _target
+from jarp.warp._ffi import _registry, _target, _trampoline
 
 __all__ = ["environment", "format_environment"]
 
@@ -97,7 +97,7 @@ def _jarp() -> dict[str, Any]:
         registered = _target.is_registered()
     return {
         "ffi_targets": [_target.TARGET, _target.TARGET_NO_GRAPH],
-        "ffi_platforms": list(_target._PLATFORMS),
+        "ffi_platforms": list(_trampoline.PLATFORMS),
         "ffi_registered_before": was_registered,
         "ffi_registered": registered,
         "plans": len(_registry.registry),

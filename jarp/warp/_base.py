@@ -29,7 +29,8 @@ from ._ffi._registry import registry
 from ._jax import _adjoint
 from ._jax._primitive import CallConfig
 from ._plan._binding import BoundCall, bind_arguments
-from ._plan._signature import Signature, check_vmap_method, normalize_output_dims
+from ._plan._normalize import check_vmap_method, normalize_output_dims
+from ._plan._signature import Signature
 from ._plan._values import Plan
 from ._upstream import _warp_internals
 

@@ -156,20 +156,10 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
         hash((treedef, tuple(statics), key))
     except TypeError:
         return None
-    try:
-        out = _executables.get(module)(treedef, tuple(statics), key, *arrays)
-    except Exception as e:  # JaxRuntimeError, or ValueError from jaxlib's C++ fast path
-        # An exception raised inside the call (a callable's function, an executor): raise it as it was.
-        original = _errors.original(e)
-        if original is None:
-            raise
-    else:
-        _executables.ran(module)
-        return out
-    raise original
-
-
-_errors.reraising_codes.add(try_eager.__code__)
+    # An exception raised inside the call (a callable's function, an executor) is raised as it was.
+    out = _errors.call_reraising(_executables.get(module), treedef, tuple(statics), key, *arrays)
+    _executables.ran(module)
+    return out
 
 
 def _freeze(value: Any) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 
 from ._callable import JaxCallable
-from ._ffi import _target
+from ._ffi import _executors
 from ._ffi._registry import registry
 from ._kernel import JaxKernel
 from ._plan import _launch_checks
@@ -236,8 +236,7 @@ def list_plans() -> list[PlanInfo]:
         print(info)  # plan 0: kernel triple_kernel (module __main__) ...
         ```
     """
-    with _target._executors_lock:
-        keys = sorted(_target._executors)
+    keys = _executors.executor_keys()
     devices: dict[int, list[str]] = {}
     for handle, ordinal in keys:
         devices.setdefault(handle, []).append(_device_name(ordinal))

@@ -13,13 +13,8 @@ from ._options import JaxKernelOptions
 from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars
 from ._plan._binding import BoundCall, warp_dtypes
 from ._plan._builder import build_plan
-from ._plan._signature import (
-    Signature,
-    check_vmap_method,
-    make_signature,
-    normalize_output_dims,
-    tuple_of_str,
-)
+from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
+from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
 from ._upstream import _warp_internals

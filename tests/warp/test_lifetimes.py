@@ -22,7 +22,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
-from jarp.warp._ffi import _registry, _target
+from jarp.warp._ffi import _executors, _native, _registry, _target
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
@@ -193,7 +193,7 @@ def test_released_plans_drop_their_executors() -> None:
     jax.clear_caches()
     gc.collect()
     _registry.registry.release_idle()
-    native = _target._native_handler
+    native = _native.active()
     before = _target.executor_count()
     published = native.published() if native is not None else 0
     for i in range(1, 6):
@@ -218,12 +218,12 @@ def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
     compiled = _lower(jax_kernel(kernel), x).compile()
     np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
     (handle,) = [int(h) for h in _handles(compiled.as_text())]
-    module_exec = weakref.ref(_target._cpu_executors[handle].entry.module_exec)
+    module_exec = weakref.ref(_executors.cpu_executors[handle].entry.module_exec)
     del compiled
     jax.clear_caches()
     jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
     assert handle not in registry  # released
-    assert handle not in _target._cpu_executors  # its executor dropped
+    assert handle not in _executors.cpu_executors  # its executor dropped
     assert _alive([module_exec]) == 1  # but the code it called stays loaded while the kernel lives
     del kernel
     jax_kernel(_make_kernel(7))(x)

@@ -42,11 +42,11 @@ def test_the_launch_path_is_the_one_the_environment_asks_for() -> None:
     if NATIVE:
         # The native path is the default wherever it builds; it must build on every machine jarp supports.
         assert _target.launch_path() == "native"
-        assert _target._native_handler is not None
-        assert _target._native_handler.path.exists()
+        assert _native.active() is not None
+        assert _native.active().path.exists()
     else:
         assert _target.launch_path() == f"python ({_native.ENV}=python)"
-        assert _target._native_handler is None
+        assert _native.active() is None
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_a_frame_that_does_not_match_goes_to_python_for_its_error() -> None:
 @pytest.mark.skipif(not NATIVE, reason="checks the native handler's layout table")
 def test_the_compiled_layout_is_checked_against_pythons_view(monkeypatch: pytest.MonkeyPatch) -> None:
     _registered()
-    handler = _target._native_handler
+    handler = _native.active()
     assert handler is not None
     handler._check_layout()  # the handler compiled from jaxlib's header agrees with _xla_ffi and _native
     wrong = _native._expected_layout()
@@ -154,7 +154,7 @@ def test_plans_prepared_from_eight_threads_at_once(python_calls: list[str]) -> N
     inputs = [jnp.arange(100 + i, dtype=jnp.float32) for i in range(8)]  # eight shapes: eight plans
     for f, x in zip(fns, inputs, strict=True):
         f.lower(x).compile()  # compile outside the race: the race is about first launches
-    before = _target._native_handler.published() if NATIVE else 0
+    before = _native.active().published() if NATIVE else 0
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
@@ -173,7 +173,7 @@ def test_plans_prepared_from_eight_threads_at_once(python_calls: list[str]) -> N
         t.join()
     assert not errors, errors[0]
     if NATIVE:
-        assert _target._native_handler.published() - before == 8
+        assert _native.active().published() - before == 8
         assert len(python_calls) < 8 * 20  # some calls raced the publication; later ones ran natively
         python_calls.clear()
         for f, x in zip(fns, inputs, strict=True):
@@ -254,12 +254,12 @@ def test_after_the_exit_hook_only_prepared_plans_run() -> None:
         """
         import jax, jax.numpy as jnp, numpy as np
         from jarp.warp import jax_kernel
-        from jarp.warp._ffi import _target
+        from jarp.warp._ffi import _native
         from tests.warp import kernels as k
         m = jax_kernel(k.triple_kernel)
         f = jax.jit(lambda x: m(x)[0])
         np.testing.assert_allclose(f(jnp.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
-        assert _target._native_handler.drain_at_exit() == 0
+        assert _native.active().drain_at_exit() == 0
         np.testing.assert_allclose(f(jnp.arange(4.0) + 1), [3.0, 6.0, 9.0, 12.0])
         try:
             jax.block_until_ready(f(jnp.arange(5.0)))  # a new plan: its first call needs the Python callback

@@ -4,7 +4,7 @@ XLA never calls the CUDA handler on a machine without a GPU, so these tests call
 directly: with a call frame built by hand from `_xla_ffi`'s ctypes declarations, a fake ``XLA_FFI_Api``
 (its ``DeviceOrdinal_Get``, ``Stream_Get`` and ``Error_Create`` are Python callbacks) and fake CUDA
 functions with the exact signatures Warp declares for ``wp_cuda_launch_kernel`` and ``wp_memset_device``.
-The descriptors are the real ones: `_target._CudaKernelExecutor` prepares real plans, with only Warp's module
+The descriptors are the real ones: `_executors._CudaKernelExecutor` prepares real plans, with only Warp's module
 loading faked (a made-up context, CUfunctions, block, cluster and shared-memory sizes).
 
 The handler under test is a private copy of the compiled object, loaded into Warp's JIT under another
@@ -30,7 +30,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_kernel
-from jarp.warp._ffi import _native, _target
+from jarp.warp._ffi import _executors, _native, _target
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
@@ -283,7 +283,7 @@ class FakeDevice:
 
 
 def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int = CLUSTER) -> Any:
-    """A real `_target._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
+    """A real `_executors._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
     size = math.prod(plan.launch_dims)
     device = FakeDevice()
     entry = SimpleNamespace(
@@ -307,7 +307,7 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
     real = _warp_internals.load_entry_points
 
     monkeypatch.setattr(_warp_internals, "load_entry_points", load_entry_points)
-    executor = _target._CudaKernelExecutor(plan, device)
+    executor = _executors._CudaKernelExecutor(plan, device)
     assert loads == [(plan.target, device, plan.block_dim)]
     return executor
 

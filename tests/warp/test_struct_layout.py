@@ -1,4 +1,5 @@
-"""Tests of `jarp.warp._plan._struct_layout`: struct parameters at the raw argument-block level.
+"""Tests of struct parameters at the raw argument-block level: `_plan._struct_layout` (the type's leaves),
+`_plan._binding`/`_plan._arg_checks` (a struct value's flattening) and `_ffi._struct_bytes` (the bytes).
 
 The launch tests build a ctypes argument block by hand (as the FFI bridge does) from
 `struct_bytes` / `pointer_slots` / `grad_pointer_slots` / `adjoint_struct_bytes`,
@@ -20,17 +21,16 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp._plan._struct_layout import (
-    StructLayout,
+from jarp.warp._ffi._struct_bytes import (
     adjoint_struct_bytes,
-    flatten_struct_value,
     grad_pointer_slots,
     make_struct_instance,
-    normalize_value,
     pointer_slots,
     struct_bytes,
-    struct_layout,
 )
+from jarp.warp._plan._arg_checks import normalize_value
+from jarp.warp._plan._binding import flatten_struct_value
+from jarp.warp._plan._struct_layout import StructLayout, struct_layout
 from jarp.warp._struct import struct as jarp_struct
 from jarp.warp._upstream import _warp_internals
 

@@ -4,7 +4,7 @@ XLA turns every error of an FFI handler into a ``jax.errors.JaxRuntimeError`` (w
 ``XLA_FFI_Error_Code``: ``CANCELLED`` too), so the exception a user's function raised cannot
 cross XLA itself. `ffi_error` therefore keeps it in a small side table under a token written
 into the error's message, and `original` finds it again from the ``JaxRuntimeError``: the eager
-path (`_eager.try_eager`) re-raises the original exception, with its type and traceback, when the
+paths (`call_reraising`, used by `_eager.try_eager` and the primitive's eager implementation) re-raise the original exception, with its type and traceback, when the
 error reaches it synchronously. Under a user's ``jax.jit`` the ``JaxRuntimeError`` is all JAX
 raises; its message names the module and carries the original type, message and traceback.
 
@@ -23,9 +23,13 @@ import sys
 import threading
 import time
 import traceback
-from types import CodeType, TracebackType
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
 
 from .._upstream import _xla_ffi
+
+T = TypeVar("T")
 
 # How many unclaimed exceptions to keep: errors under a user's jax.jit are never claimed, and
 # an exception holds its traceback's frames alive.
@@ -34,11 +38,17 @@ _TOKEN = re.compile(r"jarp error (\d+): ")
 _lock = threading.Lock()
 _pending: collections.OrderedDict[int, tuple[BaseException, str]] = collections.OrderedDict()
 _tokens = itertools.count(1)
-# Code objects of the functions that re-raise the original exception of a synchronous error
-# (`_eager.try_eager` adds itself); an interrupt raised under one of them is not re-armed.
-reraising_codes: set[CodeType] = set()
-# This file and _ffi.py: their frames are left out of the traceback text in a message.
-_OWN_FILES = (__file__.removesuffix("_errors.py") + "_ffi.py", __file__)
+# The files of jarp's FFI code (each module adds itself with `own_frames`): their frames are left out of the
+# traceback text in a message, and an interrupt waits until the main thread has none of them on its stack.
+_own_files: set[str] = set()
+
+
+def own_frames(filename: str) -> None:
+    """Mark the frames of the module at ``filename`` (its ``__file__``) as jarp's FFI code."""
+    _own_files.add(filename)
+
+
+own_frames(__file__)
 
 
 def ffi_error(frame: int, exc: BaseException, name: str) -> int:
@@ -99,16 +109,34 @@ def original(error: BaseException) -> BaseException | None:
 def _traceback_text(exc: BaseException) -> str:
     """The formatted traceback of ``exc`` without jarp's own FFI frames."""
     tb: TracebackType | None = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES and tb.tb_next is not None:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _own_files and tb.tb_next is not None:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
 
+def call_reraising(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)``; an exception raised inside one of its FFI calls is raised again as it was raised.
+
+    For calls that run synchronously (eager calls outside a user's ``jax.jit``): the ``JaxRuntimeError`` (or
+    jaxlib's ``ValueError`` from its C++ fast path) gives way to the original exception, with its type and
+    traceback and a note naming the module. Any other exception propagates unchanged. An interrupt raised
+    under this call is not re-armed in the main thread: it reaches the caller here.
+    """
+    try:
+        return func(*args)
+    except Exception as e:
+        original_exc = original(e)
+        if original_exc is None:
+            raise
+    raise original_exc  # outside the except: the JaxRuntimeError is not chained to it
+
+
 def _under_reraising_call() -> bool:
-    """Whether this thread runs the call synchronously under a function that re-raises its error."""
+    """Whether this thread runs the call synchronously under `call_reraising`."""
     f = sys._getframe(1)
+    code = call_reraising.__code__
     while f is not None:
-        if f.f_code in reraising_codes:
+        if f.f_code is code:
             return True
         f = f.f_back
     return False
@@ -133,7 +161,7 @@ def _interrupt_main() -> None:
 def _interrupt_when_out(main: int) -> None:
     for spins in itertools.count():
         f = sys._current_frames().get(main)
-        while f is not None and f.f_code.co_filename not in _OWN_FILES:
+        while f is not None and f.f_code.co_filename not in _own_files:
             f = f.f_back
         if f is None:
             break

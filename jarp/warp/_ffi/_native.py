@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.resources
 import os
 import platform
 import tempfile
@@ -39,7 +40,7 @@ from .._upstream import _warp_internals, _xla_ffi
 __all__ = ["ENV", "LaunchDescriptor", "NativeHandler", "handler", "status"]
 
 ENV = "JARP_LAUNCH"
-_SOURCE = Path(__file__).with_name("_native_handler.cpp")
+_SOURCE = importlib.resources.files(__package__).joinpath("_native_handler.cpp")
 _MAX_BLOCK_BYTES = 1 << 16  # larger argument blocks (huge fixed-size struct values) stay on the Python path
 
 # The handler includes jaxlib's c_api.h, which includes these two; the wheel's Clang has no C library
@@ -469,6 +470,16 @@ def handler() -> NativeHandler | None:
                 )
         _state["handler"] = result
         return result
+
+
+def activate(native: NativeHandler) -> None:
+    """Make ``native`` the handler this process's FFI targets are registered with (`_target.ensure_registered`)."""
+    _state["active"] = native
+
+
+def active() -> NativeHandler | None:
+    """The native handler the FFI targets are registered with; None on the Python path or before registration."""
+    return _state.get("active")
 
 
 def status() -> str:

@@ -16,62 +16,30 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-import jax
-import ml_dtypes
 import numpy as np
 import warp as wp
 
 from .._upstream import _xla_ffi
-from . import _target
+from . import _errors, _target, _trampoline
 
-_PLATFORMS = (("cpu", "cpu"), ("CUDA", "cuda"))  # (XLA platform name, ExecutionContext.platform)
-_CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+_SHORT = {"cpu": "cpu", "CUDA": "cuda"}  # XLA platform name -> ExecutionContext.platform
 _RESERVED = (_target.TARGET, _target.TARGET_NO_GRAPH)
 
 _lock = threading.Lock()
 # name -> (func, graph_compatible); the trampolines read the function from here at every call
 _callbacks: dict[str, tuple[Callable[..., Any], bool]] = {}
-# name -> the ctypes trampolines XLA holds pointers to; they must outlive the process's executables
-_trampolines: dict[str, list[Any]] = {}
-
-_D = _xla_ffi.DataType
-_NUMPY_DTYPES: dict[int, np.dtype] = {
-    _D.PRED: np.dtype(np.bool_),
-    _D.S8: np.dtype(np.int8),
-    _D.S16: np.dtype(np.int16),
-    _D.S32: np.dtype(np.int32),
-    _D.S64: np.dtype(np.int64),
-    _D.U8: np.dtype(np.uint8),
-    _D.U16: np.dtype(np.uint16),
-    _D.U32: np.dtype(np.uint32),
-    _D.U64: np.dtype(np.uint64),
-    _D.F16: np.dtype(np.float16),
-    _D.F32: np.dtype(np.float32),
-    _D.F64: np.dtype(np.float64),
-    _D.C64: np.dtype(np.complex64),
-    _D.C128: np.dtype(np.complex128),
-    _D.BF16: np.dtype(ml_dtypes.bfloat16),
-    _D.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    _D.F8E3M4: np.dtype(ml_dtypes.float8_e3m4),
-    _D.F8E4M3: np.dtype(ml_dtypes.float8_e4m3),
-    _D.F8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-    _D.F8E4M3B11FNUZ: np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    _D.F8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    _D.F8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    _D.F8E8M0FNU: np.dtype(ml_dtypes.float8_e8m0fnu),
-}
+# name -> {XLA platform: the address of its trampoline}, registered once per name
+_trampolines: dict[str, dict[str, int]] = {}
 
 
 def _numpy_dtype(code: int) -> np.dtype:
-    dtype = _NUMPY_DTYPES.get(code)
+    dtype = _xla_ffi.numpy_dtype(code)
     if dtype is None:
-        name = _D(code).name if code in _D._value2member_map_ else str(code)
         raise TypeError(
-            f"XLA passed an element type register_ffi_callback cannot expose to Python (XLA_FFI_DataType {name}); "
+            f"XLA passed an element type register_ffi_callback cannot expose to Python ({_xla_ffi.dtype_name(code)}); "
             "use a byte-sized element type such as float32 or int8."
         )
     return dtype
@@ -247,12 +215,13 @@ def register_ffi_callback(name: str, func: Callable[..., Any], graph_compatible:
             return
         _xla_ffi.check_layout()
         _callbacks[name] = (func, graph_compatible)
-        trampolines = _trampolines.setdefault(name, [])
-        for platform, short in _PLATFORMS:
-            cb = _CALLBACK_TYPE(lambda frame, p=short: _callback(frame, name, p, graph_compatible))
-            trampolines.append(cb)
-            capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
-            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        addresses = _trampolines[name] = {
+            platform: _trampoline.trampoline(
+                lambda frame, p=_SHORT[platform]: _callback(frame, name, p, graph_compatible)
+            )
+            for platform in _trampoline.PLATFORMS
+        }
+        _trampoline.register_target(name, addresses)
 
 
 def _callback(frame: int, name: str, platform: str, graph_compatible: bool) -> int | None:
@@ -276,9 +245,13 @@ def _callback(frame: int, name: str, platform: str, graph_compatible: bool) -> i
         if func is not None:
             qualname = getattr(func, "__qualname__", None)
             where += f" (function {getattr(func, '__module__', '?')}.{qualname})" if qualname else f" ({func!r})"
-        tb = "".join(traceback.format_exception(e)).rstrip()
-        message = f"jarp: {where} raised {type(e).__name__}: {e}\n{tb}"
-        return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.UNKNOWN, message)
+        try:
+            return _errors.ffi_error(frame, e, where)
+        except BaseException:  # never let an exception escape to ctypes: XLA would read garbage as success
+            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {where} failed")
+
+
+_errors.own_frames(__file__)
 
 
 def _decode_attrs(attrs: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from jax.interpreters import ad, batching, mlir
 from .._ffi import _errors, _target
 from .._ffi._registry import registry
 from .._plan import _launch_checks
-from .._plan._signature import FOLD_METHODS
+from .._plan._normalize import FOLD_METHODS
 from .._plan._values import Buffer, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals
 
@@ -88,19 +88,12 @@ def _compiled(plan: Plan, config: CallConfig) -> Any:
 
 
 def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
-    # Eager calls go through one cached executable per plan instead of re-lowering.
-    try:
-        return _compiled(plan, config)(*operands)
-    except Exception as e:  # JaxRuntimeError, or ValueError from jaxlib's C++ fast path
-        # An exception raised inside the call (outside jit: under vmap, grad): raise it as it was.
-        original = _errors.original(e)
-        if original is None:
-            raise
-    raise original
+    # Eager calls go through one cached executable per plan instead of re-lowering; an exception raised
+    # inside the call (outside jit: under vmap, grad) is raised as it was.
+    return _errors.call_reraising(_compiled(plan, config), *operands)
 
 
 warp_call_p.def_impl(_impl)
-_errors.reraising_codes.add(_impl.__code__)
 # Plan-keyed caches hold plans (and so kernels); jax.clear_caches() clears them with JAX's own.
 _jax_internals.clear_with_jax(_compiled, "jarp.warp eager primitive executables")
 _jax_internals.clear_with_jax(registry, "jarp.warp plan registry")

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
+from .._upstream import _warp_internals
 from . import _dtypes
-from ._signature import ArgSpec, Signature, check_array_value
-from ._struct_layout import flatten_struct_value
+from ._arg_checks import check_array_value, check_struct_array, kind_of, normalize_value
+from ._arg_spec import ArgSpec
+from ._signature import Signature
+from ._struct_layout import StructLayout
 
 
 def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -192,3 +195,117 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
             f"range [{info.min}, {info.max}]."
         )
     return int(value)
+
+
+# -- struct arguments --
+
+
+class FlatStruct(NamedTuple):
+    """A struct argument flattened along a `StructLayout`.
+
+    Attributes:
+        arrays: one JAX array per array leaf, in layout order (with the element's trailing dims).
+        statics: one normalised value per value leaf, in layout order: a Python ``float``/``int``/``bool``
+            for a scalar, a tuple for a vector, a tuple of row tuples for a matrix (hashable).
+    """
+
+    arrays: tuple[jax.Array, ...]
+    statics: tuple[Any, ...]
+
+
+def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp") -> FlatStruct:
+    """Check a JAX-side struct argument against its layout and split it into array and value leaves.
+
+    A struct is given as a ``dict`` keyed by field name, or any object carrying the
+    fields as attributes (a NamedTuple, a dataclass, an ``eqx.Module``, a Warp struct
+    instance of the same type); nested structs as nested such objects. Array fields
+    take JAX or NumPy arrays (JAX layout: the element's vector/matrix dims trailing)
+    or ``wp.array`` (converted with ``wp.to_jax``, which shares memory where DLPack
+    allows). Value fields take Python numbers, NumPy scalars or (nested) sequences
+    for vectors and matrices; a JAX array is refused, as the value is baked into
+    the launch at trace time.
+
+    Args:
+        layout: the parameter's `struct_layout`.
+        value: the argument.
+        what: the caller, prefixed to error messages (e.g. ``"Kernel(energy)"``).
+
+    Returns:
+        The `FlatStruct` of array leaves (as JAX arrays) and normalised value leaves.
+
+    Raises:
+        TypeError / ValueError: naming the leaf (``mesh.verts``) and what to pass instead:
+            a missing or (for dicts) unknown field, a wrong struct type, an array of the
+            wrong dtype, number of dims or trailing (element) dims, a JAX array or traced
+            value for a value field, an integer field given a non-integer or out of range.
+
+    Example:
+        >>> import warp as wp, jax.numpy as jnp
+        >>> @wp.struct
+        ... class Spring:
+        ...     ends: wp.array(dtype=wp.vec2i)
+        ...     stiffness: wp.float32
+        >>> flat = flatten_struct_value(struct_layout(Spring, "s"), {"ends": jnp.zeros((4, 2), jnp.int32), "stiffness": 2})
+        >>> flat.arrays[0].shape, flat.statics
+        ((4, 2), (2.0,))
+    """
+    arrays: list[jax.Array] = []
+    statics: list[Any] = []
+    leaves = iter(layout.leaves)
+    _flatten(layout.struct_type, (layout.param,), value, leaves, arrays, statics, what)
+    return FlatStruct(tuple(arrays), tuple(statics))
+
+
+def _flatten(
+    struct_type: Any,
+    path: tuple[str, ...],
+    value: Any,
+    leaves: Any,
+    arrays: list[jax.Array],
+    statics: list[Any],
+    what: str,
+) -> None:
+    name = ".".join(path)
+    fields = _warp_internals.struct_fields(struct_type)
+    names = [f for f, _ in fields]
+    key = _warp_internals.struct_name(struct_type)
+    if isinstance(value, (jax.Array, np.ndarray, np.generic, int, float, complex, str, bytes)) or value is None:
+        raise TypeError(
+            f"{what}: argument {name!r} is a struct {key} and got {kind_of(value)}; pass a dict keyed by field name "
+            f"({', '.join(names) or 'no fields'}) or an object with those attributes (a NamedTuple, dataclass, "
+            "eqx.Module or Warp struct instance)."
+        )
+    inst_type = _warp_internals.struct_instance_type(value)
+    if inst_type is not None and inst_type is not struct_type:
+        raise TypeError(
+            f"{what}: argument {name!r} is a struct {key} and got a Warp struct instance of another type, "
+            f"{_warp_internals.struct_name(inst_type)}."
+        )
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            shown = ", ".join(repr(f"{name}.{k}") for k in unknown)
+            raise TypeError(
+                f"{what}: argument {name!r} has unknown field(s) {shown}; the fields of {key} are "
+                f"{', '.join(names) or 'none'}."
+            )
+    for field, warp_type in fields:
+        fpath = (*path, field)
+        fname = ".".join(fpath)
+        try:
+            item = value[field] if isinstance(value, Mapping) else getattr(value, field)
+        except (KeyError, AttributeError):
+            how = "key" if isinstance(value, Mapping) else "attribute"
+            raise TypeError(
+                f"{what}: argument {name!r} is missing field {fname!r} (no {how} {field!r} on the "
+                f"{type(value).__name__} given); a {key} needs {', '.join(names)}."
+            ) from None
+        if _warp_internals.is_struct_type(warp_type):
+            _flatten(warp_type, fpath, item, leaves, arrays, statics, what)
+            continue
+        leaf = next(leaves)
+        assert leaf.path == fpath, (leaf.path, fpath)
+        if leaf.spec is not None:
+            arrays.append(check_struct_array(leaf, leaf.spec, item, what))
+        else:
+            statics.append(normalize_value(leaf, item, what))

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _launch_checks
 from ._binding import BoundCall
-from ._signature import check_launch_dims, output_dims_for
+from ._normalize import check_launch_dims, output_dims_for
 from ._values import Buffer
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
-from ._signature import MAX_EXTENT, normalize_dims
+from ._normalize import MAX_EXTENT, normalize_dims
 from ._values import Buffer, Param
 
 MAX_BLOCK_DIM = 1024

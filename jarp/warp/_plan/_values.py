@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._signature import ArgSpec
+from ._arg_spec import ArgSpec
 from ._static_keys import canonical, static_key
 
 

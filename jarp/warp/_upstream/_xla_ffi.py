@@ -13,6 +13,7 @@ import enum
 import struct
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 _P = ctypes.c_void_p
@@ -224,36 +225,51 @@ class AttrType(enum.IntEnum):
     STRING = 4
 
 
-# The element types jarp's buffers can have, by NumPy dtype name (ml_dtypes names for the narrow floats).
-_DTYPE_CODES: dict[str, DataType] = {
-    "bool": DataType.PRED,
-    "int8": DataType.S8,
-    "int16": DataType.S16,
-    "int32": DataType.S32,
-    "int64": DataType.S64,
-    "uint8": DataType.U8,
-    "uint16": DataType.U16,
-    "uint32": DataType.U32,
-    "uint64": DataType.U64,
-    "float16": DataType.F16,
-    "float32": DataType.F32,
-    "float64": DataType.F64,
-    "complex64": DataType.C64,
-    "complex128": DataType.C128,
-    "bfloat16": DataType.BF16,
+# The one table of element types: each ``XLA_FFI_DataType`` with a NumPy dtype (ml_dtypes for the narrow floats),
+# for jarp's buffers and for the buffers and attributes `register_ffi_callback` exposes.
+_NUMPY_DTYPES: dict[DataType, np.dtype] = {
+    DataType.PRED: np.dtype(np.bool_),
+    DataType.S8: np.dtype(np.int8),
+    DataType.S16: np.dtype(np.int16),
+    DataType.S32: np.dtype(np.int32),
+    DataType.S64: np.dtype(np.int64),
+    DataType.U8: np.dtype(np.uint8),
+    DataType.U16: np.dtype(np.uint16),
+    DataType.U32: np.dtype(np.uint32),
+    DataType.U64: np.dtype(np.uint64),
+    DataType.F16: np.dtype(np.float16),
+    DataType.F32: np.dtype(np.float32),
+    DataType.F64: np.dtype(np.float64),
+    DataType.C64: np.dtype(np.complex64),
+    DataType.C128: np.dtype(np.complex128),
+    DataType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DataType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
+    DataType.F8E3M4: np.dtype(ml_dtypes.float8_e3m4),
+    DataType.F8E4M3: np.dtype(ml_dtypes.float8_e4m3),
+    DataType.F8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
+    DataType.F8E4M3B11FNUZ: np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    DataType.F8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DataType.F8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    DataType.F8E8M0FNU: np.dtype(ml_dtypes.float8_e8m0fnu),
 }
+_DTYPE_CODES: dict[np.dtype, DataType] = {dtype: code for code, dtype in _NUMPY_DTYPES.items()}
 
 
 def dtype_code(dtype: np.dtype) -> int:
     """The ``XLA_FFI_DataType`` of a NumPy dtype; `DataType.INVALID` for one XLA buffers never have here."""
-    return int(_DTYPE_CODES.get(np.dtype(dtype).name, DataType.INVALID))
+    return int(_DTYPE_CODES.get(np.dtype(dtype), DataType.INVALID))
+
+
+def numpy_dtype(code: int) -> np.dtype | None:
+    """The NumPy dtype of an ``XLA_FFI_DataType`` code; None for one with no NumPy counterpart (e.g. a token)."""
+    return _NUMPY_DTYPES.get(code)  # type: ignore[call-overload]
 
 
 def dtype_name(code: int) -> str:
     """A readable name for an ``XLA_FFI_DataType`` code (the NumPy name where there is one)."""
-    for name, c in _DTYPE_CODES.items():
-        if c == code:
-            return name
+    dtype = numpy_dtype(code)
+    if dtype is not None:
+        return dtype.name
     return DataType(code).name if code in DataType._value2member_map_ else f"XLA_FFI_DataType {code}"
 
 

@@ -1,0 +1,461 @@
+"""Executors: one per (plan, device), prepared once, run by the FFI target on every call.
+
+An executor writes a call's buffer pointers into a copy of a pre-filled argument block and calls the
+kernel's compiled entry point directly (`_CpuKernelExecutor`, `_CudaKernelExecutor`), or calls a
+Python function on ``wp.array``s wrapping XLA's buffers (`_CallableExecutor`). There is no lock around
+execution: each call fills its own argument block, so threads (pmap, several Python threads driving one
+executable) run concurrently. Where the native handler is in use, a kernel executor also publishes its
+launch as a descriptor, and the handler runs later calls with no Python.
+
+The cache is keyed by ``(plan handle, device ordinal)`` (``-1`` for the CPU) and drops the executors
+of released plans (the registry's release hook).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from .._plan import _dtypes
+from .._plan._values import Binding, Plan, Runs
+from .._upstream import _warp_internals, _xla_ffi
+from . import _errors, _native, _struct_bytes
+from ._fp_env import default_fp_env
+from ._frame import CallError, FrameBuffers
+from ._registry import ReleasedPlanError, registry
+
+executors: dict[tuple[int, int], _Executor] = {}
+cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
+_lock = threading.RLock()  # re-entrant: releasing plans drops executors
+
+_ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_memset = ctypes.memset
+_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
+
+
+# The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
+# an executable JAX still holds without its lease (its C++ dispatch cache, or a launch queued on a CUDA
+# stream or captured in a command buffer) may still reach that code, and a released plan is recovered
+# while its kernel lives. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
+_retained: weakref.WeakKeyDictionary[Any, dict[int, _warp_internals.EntryPoints]] = weakref.WeakKeyDictionary()
+
+
+def drop_executors(handles: list[int]) -> None:
+    """Drop the executors of released plan handles (the registry's release hook).
+
+    This is the one place the FFI stage learns of releases. A dropped kernel executor's loaded code is
+    kept in `_retained` until its kernel is collected, so a release never unloads code that
+    something still able to call the kernel might run.
+    """
+    released = set(handles)
+    with _lock:
+        for key in [k for k in executors if k[0] in released]:
+            executor = executors.pop(key)
+            entry = getattr(executor, "entry", None)
+            if entry is not None:
+                _retained.setdefault(executor.plan.target, {})[id(entry.module_exec)] = entry
+        for handle in released:
+            cpu_executors.pop(handle, None)
+        native = _native.active()
+        if native is not None:
+            # A later frame naming a released handle finds no descriptor and goes to the Python callback.
+            native.withdraw(handles)
+
+
+registry.on_release(drop_executors)
+
+
+def get_executor(key: tuple[int, int], platform: str) -> _Executor:
+    with _lock, _warp_internals.warp_lock():  # an executor loads the kernel's module
+        executor = executors.get(key)
+        if executor is None:
+            plan = _plan(key[0])
+            device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
+            # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
+            with default_fp_env():
+                if plan.runs is Runs.CALLABLE:
+                    executor = _CallableExecutor(plan, device)
+                elif device.is_cpu:
+                    executor = _CpuKernelExecutor(plan, device)
+                else:
+                    executor = _CudaKernelExecutor(plan, device)
+            executors[key] = executor
+            if key[1] == -1:
+                cpu_executors[key[0]] = executor
+            native = _native.active()
+            if native is not None and isinstance(executor, _KernelExecutor):
+                descriptor = executor.describe()
+                if descriptor is not None:
+                    slot = 0 if key[1] == -1 else 1 + key[1]
+                    native.publish(key[0], slot, descriptor)
+    return executor
+
+
+def _plan(handle: int) -> Plan:
+    """The plan behind ``handle``; `CallError` if this process never made it or released it.
+
+    A handle never made is ``INVALID_ARGUMENT``; one released (no executable lowered with it alive,
+    and its kernel or function collected) is ``FAILED_PRECONDITION``.
+    """
+    try:
+        return registry.plan(handle)
+    except ReleasedPlanError as e:
+        code = _xla_ffi.ErrorCode.FAILED_PRECONDITION if e.released else _xla_ffi.ErrorCode.INVALID_ARGUMENT
+        raise CallError(code, str(e)) from None
+
+
+def _batch_offsets(plan: Plan, nbytes: tuple[int, ...], batch: tuple[tuple[bool, ...], ...]) -> list[list[int]]:
+    """For each buffer, the byte offset of each batch slice (row-major over ``plan.batch_shape``)."""
+    shape = plan.batch_shape
+    nslices = math.prod(shape)
+    idx = np.indices(shape).reshape(len(shape), nslices) if shape else np.zeros((0, 1), dtype=np.int64)
+    out = []
+    for size, has in zip(nbytes, batch, strict=True):
+        strides, stride = [], size
+        for n, h in reversed(list(zip(shape, has, strict=True))):
+            strides.append(stride if h else 0)
+            stride *= n if h else 1
+        strides.reverse()
+        offs = (np.asarray(strides, dtype=np.int64)[:, None] * idx).sum(axis=0) if shape else np.zeros(1, np.int64)
+        out.append([int(o) for o in offs])
+    return out
+
+
+class _Executor:
+    plan: Plan
+
+    def run(self, frame: int) -> None:
+        raise NotImplementedError
+
+
+class _KernelExecutor(_Executor):
+    """Shared preparation of a kernel launch: argument blocks and pointer slots."""
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        self.plan = plan
+        self.device = device
+        self.buffers = FrameBuffers(plan)
+        self.pointers = self.buffers.pointers
+        kernel = plan.target
+        self.adjoint = plan.adjoint
+        self.entry = _warp_internals.load_entry_points(kernel, device, plan.block_dim)
+        if self.adjoint and not self.entry.backward:
+            raise RuntimeError(
+                f"kernel {kernel.key!r} has no backward entry point; its module was built with "
+                "enable_backward=False (set wp.config.enable_backward or the module option to True)."
+            )
+        self.bounds = _warp_internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
+        self.empty = math.prod(plan.launch_dims) == 0
+        nslices = math.prod(plan.batch_shape)
+        self.nslices = nslices
+        op_nbytes = tuple(b.nbytes for b in plan.operands)
+        res_nbytes = tuple(b.nbytes for b in plan.results)
+        op_offsets = _batch_offsets(plan, op_nbytes, plan.operand_batch)
+        res_offsets = _batch_offsets(plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results))
+        self.zero = [(j, res_nbytes[j] * nslices) for j in plan.zero_results if res_nbytes[j]]
+        # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
+        self.slots: list[tuple[int, int, int, int, list[int]]] = []
+        offsets = (op_offsets, res_offsets)
+        blocks = [self._block(0, offsets)]
+        if self.adjoint:
+            blocks.append(self._block(1, offsets))
+        self.blocks = blocks
+
+    def _block(self, block: int, offsets: tuple[list[list[int]], list[list[int]]]) -> Any:
+        """The ctypes argument block ``block`` (0: primal values, 1: adjoints) and its pointer slots."""
+        plan = self.plan
+        buffers = (plan.operands, plan.results)
+        fields, values = [], []
+        # (parameter name, byte offset in the parameter, source, buffer index) of each pointer
+        pointers: list[tuple[str, int, int, int]] = []
+        for param in plan.params:
+            spec = param.spec
+            binding = param.primal if block == 0 else param.adjoint
+            if spec.is_struct:
+                layout = spec.struct
+                src = 0 if block == 0 else 1
+                shapes = [buffers[src][i].shape for i in binding.fields]
+                if block == 0:
+                    raw = _struct_bytes.struct_bytes(layout, shapes, binding.value)
+                else:
+                    raw = _struct_bytes.adjoint_struct_bytes(layout, shapes)
+                fields.append((spec.name, layout.ctype))
+                values.append(layout.ctype.from_buffer_copy(raw))
+                slots = _struct_bytes.pointer_slots(layout)
+                pointers.extend((spec.name, off, src, i) for off, i in zip(slots, binding.fields, strict=True))
+                if block == 0 and self.adjoint:
+                    # Warp's backward code accumulates a struct field's gradient through the grad
+                    # pointer of the primal struct (as wp.Tape sets it), not through the adjoint struct.
+                    grads = _struct_bytes.grad_pointer_slots(layout)
+                    pointers.extend((spec.name, off, 1, i) for off, i in zip(grads, param.adjoint.fields, strict=True))
+            elif spec.is_array:
+                src = 0 if binding.source == "operand" else 1
+                buf = buffers[src][binding.index]
+                element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
+                arr = _warp_internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
+                fields.append((spec.name, _warp_internals.ArrayStruct))
+                values.append(arr)
+                pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
+                grad = param.adjoint
+                if block == 0 and self.adjoint and grad.source in ("operand", "result"):
+                    # As under wp.Tape, the primal array carries its adjoint buffer as its gradient: Warp's
+                    # adjoints of array views (``a[i]``, ``wp.view``) and of tile loads accumulate through it.
+                    pointers.append((spec.name, _GRAD_OFFSET, 0 if grad.source == "operand" else 1, grad.index))
+            else:
+                fields.append((spec.name, wp.types.type_ctype(spec.dtype)))
+                values.append(_dtypes.ctype_value(spec.dtype, binding.value if binding.source == "static" else 0))
+        struct_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
+        template = struct_type(*values)
+        for name, offset, src, index in pointers:
+            address = getattr(struct_type, name).offset + offset
+            assert address % 8 == 0, "pointer slots are 8-byte aligned"
+            self.slots.append((block, address // 8, src, index, offsets[src][index]))
+        nwords = (ctypes.sizeof(struct_type) + 7) // 8
+        words = ctypes.c_uint64 * nwords
+        raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
+        return words, raw, template
+
+    def describe(self) -> _native.LaunchDescriptor | None:
+        """This launch as a descriptor for the native handler; None if it stays on the Python path."""
+        templates = [raw for _, raw, _ in self.blocks]
+        if not _native.LaunchDescriptor.fits(templates):
+            return None
+        args, rets = (
+            [(_xla_ffi.dtype_code(np.dtype(dtype)), tuple(int(n) for n in shape)) for dtype, shape in side]
+            for side in self.buffers.shapes
+        )
+        entry = self.entry.backward if self.adjoint else self.entry.forward
+        return _native.LaunchDescriptor(
+            args=args,
+            rets=rets,
+            zero=self.zero,
+            launch=not self.empty,
+            nslices=self.nslices,
+            templates=templates,
+            slots=[(block, word, src, index, offs) for block, word, src, index, offs in self.slots],
+            bounds=ctypes.addressof(self.bounds),
+            entry=entry,
+            cuda=self._cuda_launch(),
+            failure=f"jarp: Warp failed to launch kernel {self.plan.target.key!r} on {self.device} (native launch)",
+            keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
+        )
+
+    def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
+        return None
+
+
+class _CpuKernelExecutor(_KernelExecutor):
+    """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        super().__init__(plan, device)
+        # With wp.config.enable_cpu_blocks, a block dim above 1 builds a variant whose entry point runs each
+        # block's threads as fibers; it records errors (e.g. a fiber stack overflow) instead of aborting.
+        self.cooperative = self.entry.block_dim > 1
+        if self.adjoint:
+            self.fn = _ENTRY_BACKWARD(self.entry.backward)
+        else:
+            self.fn = _ENTRY_FORWARD(self.entry.forward)
+        self.bounds_addr = ctypes.addressof(self.bounds)
+        # (word in the argument block, 0/1 for the frame's argument/result array, byte offset of the buffer in it)
+        self.fast = None
+        if self.nslices == 1 and len(self.blocks) == 1:
+            self.fast = [(slot, src, index) for _, slot, src, index, _ in self.slots]
+            self.words0, self.raw0 = self.blocks[0][0], self.blocks[0][1]
+
+    def run(self, frame: int) -> None:
+        ptrs = self.pointers(frame)
+        for j, nbytes in self.zero:
+            _memset(ptrs[1][j], 0, nbytes)
+        if self.empty:
+            return
+        if self.cooperative:
+            _warp_internals.cpu_block_error()  # clear a stale record
+        if self.fast is not None:  # one slice, forward: the common case, kept lean
+            block = self.words0.from_buffer_copy(self.raw0)
+            for slot, src, index in self.fast:
+                block[slot] = ptrs[src][index]
+            self.fn(self.bounds_addr, block)
+            if self.cooperative:
+                self._raise_block_error()
+            return
+        blocks = [words.from_buffer_copy(raw) for words, raw, _ in self.blocks]
+        fn, bounds = self.fn, self.bounds_addr
+        for s in range(self.nslices):
+            for block, slot, src, index, offs in self.slots:
+                blocks[block][slot] = ptrs[src][index] + offs[s]
+            fn(bounds, *blocks)
+            if self.cooperative:
+                self._raise_block_error()
+
+    def describe(self) -> _native.LaunchDescriptor | None:
+        # Cooperative blocks record errors the Python path reports after each launch.
+        return None if self.cooperative else super().describe()
+
+    def _raise_block_error(self) -> None:
+        message = _warp_internals.cpu_block_error()
+        if message:
+            raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
+
+
+class _CudaKernelExecutor(_KernelExecutor):
+    def __init__(self, plan: Plan, device: Any) -> None:
+        super().__init__(plan, device)
+        if not self.empty:  # as wp.launch checks the grid before it launches (once here: the dims are the plan's)
+            _warp_internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
+
+    def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
+        # The same parameters, in the same order, as `run` passes through `_warp_internals.cuda_launch`.
+        params = [(2, 0)]  # the launch bounds
+        for block, (_, _, template) in enumerate(self.blocks):
+            params.extend((block, getattr(type(template), name).offset) for name, _ in template._fields_)
+        smem = self.entry.backward_smem if self.adjoint else self.entry.forward_smem
+        grid_stride = int(self.plan.target.grid_stride)
+        return (
+            self.device.context or 0,
+            int(self.bounds.size),
+            self.entry.block_dim,
+            grid_stride,
+            self.entry.cluster_dim,
+            smem,
+            params,
+        )
+
+    def run(self, frame: int) -> None:
+        ptrs = self.pointers(frame)
+        stream = _xla_ffi.get_stream(frame)
+        for j, nbytes in self.zero:
+            _warp_internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
+        if self.empty:
+            return
+        structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
+        # cuLaunchKernel takes one pointer per parameter (launch bounds, then every field of the
+        # argument block(s)); it copies the values at launch, so the blocks can be patched per slice.
+        addresses = [ctypes.addressof(self.bounds)]
+        for st in structs:
+            base = ctypes.addressof(st)
+            addresses.extend(base + getattr(type(st), name).offset for name, _ in st._fields_)
+        addrs = (ctypes.c_void_p * len(addresses))(*addresses)
+        for s in range(self.nslices):
+            for block, slot, src, index, offs in self.slots:
+                ctypes.c_uint64.from_buffer(structs[block], slot * 8).value = ptrs[src][index] + offs[s]
+            _warp_internals.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
+
+
+class _CallableExecutor(_Executor):
+    """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers.
+
+    For adjoint plans the function runs under a ``wp.Tape`` with each
+    array's ``.grad`` wrapping its adjoint buffer, and the tape is then played back,
+    so the launches it recorded accumulate the input cotangents.
+    """
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        self.plan = plan
+        self.device = device
+        self.buffers = FrameBuffers(plan)
+        self.pointers = self.buffers.pointers
+        self.adjoint = plan.adjoint
+        self.nslices = math.prod(plan.batch_shape)
+        res_nbytes = tuple(b.nbytes for b in plan.results)
+        self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
+        self.op_offsets = _batch_offsets(plan, tuple(b.nbytes for b in plan.operands), plan.operand_batch)
+        self.res_offsets = _batch_offsets(
+            plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)
+        )
+        self.warm = False
+
+    def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
+        plan = self.plan
+        if binding.source == "operand":
+            buf, base = plan.operands[binding.index], ops[binding.index] + self.op_offsets[binding.index][s]
+        else:
+            buf, base = plan.results[binding.index], res[binding.index] + self.res_offsets[binding.index][s]
+        shape = buf.shape[: spec.warp_ndim]
+        if grad is None:
+            return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
+        return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
+
+    def _struct(self, param: Any, ops: list[int], res: list[int], s: int) -> Any:
+        """A Warp struct instance whose array fields wrap the call's buffers (and adjoint buffers)."""
+        layout = param.spec.struct
+        arrays = []
+        for k, (leaf, index) in enumerate(zip(layout.array_specs, param.primal.fields, strict=True)):
+            grad = None
+            if self.adjoint:
+                grad = self._array(leaf, Binding("result", param.adjoint.fields[k]), ops, res, s)
+            arrays.append(self._array(leaf, Binding("operand", index), ops, res, s, grad))
+        return _struct_bytes.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)
+
+    def run(self, frame: int) -> None:
+        if self.warm:
+            self._run(frame)
+            return
+        # The function's first run builds and loads the Warp modules of the kernels it launches
+        # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
+        with _warp_internals.warp_lock():
+            self._run(frame)
+        self.warm = True
+
+    def _run(self, frame: int) -> None:
+        plan = self.plan
+        ops, res = self.pointers(frame)
+        if self.device.is_cpu:
+            stream = None
+            for j, nbytes in self.zero:
+                _memset(res[j], 0, nbytes)
+        else:
+            stream = wp.Stream(self.device, cuda_stream=_xla_ffi.get_stream(frame))
+            for j, nbytes in self.zero:
+                _warp_internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
+        func: Callable[..., Any] = plan.target
+        for s in range(self.nslices):
+            args = []
+            for param in plan.params:
+                b = param.primal
+                if b.source == "static":
+                    args.append(b.value)
+                    continue
+                if b.source == "struct":
+                    args.append(self._struct(param, ops, res, s))
+                    continue
+                grad = None
+                if self.adjoint:
+                    grad = self._array(param.spec, param.adjoint, ops, res, s)
+                args.append(self._array(param.spec, b, ops, res, s, grad))
+            if stream is None:
+                self._call(func, args)
+            else:
+                with wp.ScopedStream(stream, sync_enter=False):
+                    self._call(func, args)
+
+    def _call(self, func: Callable[..., Any], args: list[Any]) -> None:
+        if not self.adjoint:
+            func(*args)
+            return
+        tape = wp.Tape()
+        with tape:
+            func(*args)
+        tape.backward()
+
+
+def executor_count() -> int:
+    """Number of prepared (plan, device) executors, for inspection and tests."""
+    return len(executors)
+
+
+def executor_keys() -> list[tuple[int, int]]:
+    """The ``(plan handle, device ordinal)`` of each prepared executor, sorted (``-1``: the CPU)."""
+    with _lock:
+        return sorted(executors)
+
+
+_errors.own_frames(__file__)

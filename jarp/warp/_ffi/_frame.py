@@ -1,0 +1,214 @@
+"""Reading and checking an XLA FFI call frame: jarp trusts nothing it did not make.
+
+A frame must carry exactly the attributes ``plan`` and ``session`` (int64 scalars), this process's session
+token, and buffers whose number, dtypes and shapes are its plan's; anything else (a serialised executable
+from another process, a hand-written ``jax.ffi.ffi_call("jarp_warp_call", ...)``) is a `CallError` naming
+what was wrong, which the target answers with an XLA FFI error instead of a crash.
+
+The checks run on every call, so they are a few ``struct`` reads (each ~0.15 us) from a view of the
+address space; the slow readers of `_xla_ffi` only explain a mismatch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._plan._values import Plan
+from .._upstream import _xla_ffi
+from . import _errors
+
+# A per-process token lowered next to each plan handle (see _jax._lowering). XLA passes attributes
+# sorted by name (``XLA_FFI_Attrs`` in xla/ffi/api/c_api.h), so a call jarp lowered has exactly ``plan``
+# then ``session``; the callback refuses any other frame, and a token from another process.
+SESSION = np.int64(int.from_bytes(os.urandom(8), "little") >> 1)
+
+# Reading raw memory through ctypes objects costs ~0.4 us a value, and iterating a ctypes
+# pointer array ~1.7 us; unpacking with ``struct`` from a view of the whole address space
+# costs ~0.2 us. The view is never indexed outside addresses XLA hands to the callback.
+MEM = memoryview((ctypes.c_char * sys.maxsize).from_address(0)).cast("B")
+U64 = struct.Struct("<Q").unpack_from
+_I64 = struct.Struct("<q").unpack_from
+
+# Every read follows a pointer XLA handed over, and a value is only dereferenced as what the frame
+# declares it to be (a scalar's value only after its type says so).
+_FRAME_ATTRS_SIZE = _xla_ffi.FRAME_ATTRS_SIZE
+_FRAME_ARGS_SIZE = _xla_ffi.FRAME_ARGS_SIZE
+_ATTRS = struct.Struct("<qQQQ").unpack_from  # at FRAME_ATTRS_SIZE: size, types, names, values
+_COUNTS = struct.Struct("<q8xQ16xq8xQ").unpack_from  # at FRAME_ARGS_SIZE: #args, args, #rets, rets
+_BUFFER = struct.Struct("<i4xQqQ").unpack_from  # at BUFFER_DTYPE: dtype, data, rank, dims
+_PAIR = struct.Struct("<QQ").unpack_from
+_SCALAR = struct.Struct("<i4xQ").unpack_from  # XLA_FFI_Scalar: dtype, value pointer
+_BUFFER_DTYPE = _xla_ffi.BUFFER_DTYPE
+_TWO_SCALARS = int(_xla_ffi.AttrType.SCALAR) | int(_xla_ffi.AttrType.SCALAR) << 32  # types == [SCALAR, SCALAR]
+_S64 = int(_xla_ffi.DataType.S64)
+_SESSION_INT = int(SESSION)
+_ATTR_NAMES = ("plan", "session")
+_checked_names_lock = threading.Lock()
+_checked_names: set[int] = set()  # addresses of attribute name tables `_check_attrs` found to be jarp's
+_MAX_CHECKED_NAMES = 4096
+
+
+class CallError(Exception):
+    """A frame jarp did not make (or that does not match its plan), answered with an XLA FFI error ``code``."""
+
+    def __init__(self, code: _xla_ffi.ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def read_handle(frame: int) -> int:
+    """The plan handle of a frame whose attributes are exactly jarp's; raise `CallError` otherwise.
+
+    Per call it reads the attribute count and types, both scalars' dtypes and values and compares the token:
+    six reads, each dereferencing only what the frame declares. The names are compared by `_check_attrs`
+    the first time a name table is seen; XLA keeps a call site's attributes (names included) for the life
+    of its executable, and a later table at a reused address still has to carry two int64 scalars with
+    this process's token to pass.
+    """
+    mem = MEM
+    n, types, names, values = _ATTRS(mem, frame + _FRAME_ATTRS_SIZE)
+    if n == 2 and U64(mem, types)[0] == _TWO_SCALARS and names in _checked_names:
+        plan_attr, session_attr = _PAIR(mem, values)
+        plan_type, plan_value = _SCALAR(mem, plan_attr)
+        session_type, session_value = _SCALAR(mem, session_attr)
+        if plan_type == _S64 and session_type == _S64 and _I64(mem, session_value)[0] == _SESSION_INT:
+            return _I64(mem, plan_value)[0]
+    return _check_attrs(frame, names)
+
+
+def _check_attrs(frame: int, names: int) -> int:
+    """Check a frame's attributes in full (read as the types they declare); return the handle or raise `CallError`."""
+    attrs = _xla_ffi.describe_attrs(frame)
+    invalid = _xla_ffi.ErrorCode.INVALID_ARGUMENT
+    got = ", ".join(f"{name}: {kind}" + ("" if value is None else f" {value!r}") for name, kind, value in attrs)
+    found = tuple(name for name, _, _ in attrs)
+    if found != _ATTR_NAMES:
+        wrong = [f"attribute {n!r} is missing" for n in _ATTR_NAMES if n not in found]
+        wrong += [f"attribute {n!r} is not one of them" for n in found if n not in _ATTR_NAMES]
+        raise CallError(
+            invalid,
+            f"expects exactly the attributes plan and session (int64 scalars, as jarp lowers its calls); "
+            f"{'; '.join(wrong) or 'an attribute is repeated'} (got {got or 'no attributes'}). The target is "
+            "jarp's own: call kernels through jarp.warp.jax_kernel or jax_callable, not jax.ffi.ffi_call.",
+        )
+    for name, kind, value in attrs:
+        if kind != "int64":
+            raise CallError(
+                invalid,
+                f"attribute {name!r} must be an int64 scalar, got {kind}" + ("" if value is None else f" {value!r}"),
+            )
+    (_, _, handle), (_, _, session) = attrs
+    if session != _SESSION_INT:
+        raise CallError(
+            _xla_ffi.ErrorCode.FAILED_PRECONDITION,
+            "this executable was compiled in another process (session token mismatch); recompile it in this "
+            "process (or, for a hand-written call, do not call jarp's target directly). Plan handles index a "
+            "per-process registry, so a compiled jarp call cannot be serialised and loaded elsewhere.",
+        )
+    with _checked_names_lock:
+        if len(_checked_names) >= _MAX_CHECKED_NAMES:
+            _checked_names.clear()
+        _checked_names.add(names)
+    return handle
+
+
+class FrameBuffers:
+    """What a plan expects of a call's buffers: `pointers` checks a frame against it and returns the data pointers.
+
+    The number of argument and result buffers, each one's dtype, rank and dims (batch dims included) must
+    be the plan's exactly, so a kernel never reads or writes past a buffer XLA allocated.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        ops = [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)]
+        res = [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)]
+        self.shapes = (ops, res)
+        self.nops, self.nres = len(ops), len(res)
+        self.pointers = self._compile()
+
+    def _compile(self) -> Callable[[int], tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Generate `pointers` for this plan's buffers, unrolled.
+
+        A Python loop over the buffers costs more than the reads themselves (~0.7 us against ~0.15 us a
+        read), so each buffer gets straight-line code: one read of its dtype, data, rank and dims pointer,
+        one of its dims (none for a scalar), compared with constants. Only integers from the plan enter the
+        generated source.
+        """
+        # `fail` reaches this object weakly: a bound method in the generated function's globals would make
+        # a reference cycle, and a dropped executor would keep its plan (and kernel) until the next gc.
+        this = weakref.ref(self)
+
+        def fail(frame: int, side: int, index: int) -> None:
+            buffers = this()
+            assert buffers is not None, "the executor calling `pointers` holds its _FrameBuffers"
+            buffers._fail(frame, side, index)
+
+        env: dict[str, Any] = {"_COUNTS": _COUNTS, "_BUFFER": _BUFFER, "MEM": MEM, "fail": fail}
+        lines = [
+            "def pointers(frame):",
+            f"    nargs, args, nrets, rets = _COUNTS(MEM, frame + {_FRAME_ARGS_SIZE})",
+            f"    if nargs != {self.nops} or nrets != {self.nres}:",
+            "        fail(frame, -1, -1)",
+        ]
+        returns = []
+        for side, (table, buffers) in enumerate((("args", self.shapes[0]), ("rets", self.shapes[1]))):
+            if not buffers:
+                returns.append("()")
+                continue
+            env[f"table{side}"] = struct.Struct(f"<{len(buffers)}Q").unpack_from
+            lines.append(f"    {''.join(f'b{side}_{i}, ' for i in range(len(buffers)))}= table{side}(MEM, {table})")
+            for i, (dtype, shape) in enumerate(buffers):
+                lines.append(f"    dtype, p{side}_{i}, rank, dims = _BUFFER(MEM, b{side}_{i} + {_BUFFER_DTYPE})")
+                check = f"dtype != {_xla_ffi.dtype_code(dtype)} or rank != {len(shape)}"
+                if shape:
+                    env[f"dims{side}_{i}"] = struct.Struct(f"<{len(shape)}q").unpack_from
+                    check += f" or dims{side}_{i}(MEM, dims) != {tuple(int(n) for n in shape)!r}"
+                lines += [f"    if {check}:", f"        fail(frame, {side}, {i})"]
+            returns.append(f"({''.join(f'p{side}_{i}, ' for i in range(len(buffers)))})")
+        lines.append(f"    return {returns[0]}, {returns[1]}")
+        exec("\n".join(lines), env)  # the source is built above from integers only
+        return env["pointers"]
+
+    def _fail(self, frame: int, side: int, index: int) -> None:
+        """Raise the `CallError` for a frame whose buffer counts (``side == -1``) or buffer ``index`` mismatch."""
+        if side < 0:
+            nargs = _I64(MEM, frame + _FRAME_ARGS_SIZE)[0]
+            nrets = _I64(MEM, frame + _xla_ffi.FRAME_RETS_SIZE)[0]
+            raise self._count_error(nargs, nrets)
+        raise self._buffer_error(frame, side, index)
+
+    def _count_error(self, nargs: int, nrets: int) -> CallError:
+        def count(n: int, what: str) -> str:
+            return f"{n} {what}" + ("" if n == 1 else "s")
+
+        return CallError(
+            _xla_ffi.ErrorCode.INVALID_ARGUMENT,
+            f"{self._name()} expects {count(self.nops, 'operand')} and {count(self.nres, 'result')}, the call "
+            f"passes {count(nargs, 'operand')} and {count(nrets, 'result')}.",
+        )
+
+    def _buffer_error(self, frame: int, side: int, i: int) -> CallError:
+        code, _, dims = _xla_ffi.read_buffers(frame, results=bool(side))[i]
+        dtype, shape = self.shapes[side][i]
+        what = ("operand", "result")[side]
+        return CallError(
+            _xla_ffi.ErrorCode.INVALID_ARGUMENT,
+            f"{what} {i} of {self._name()} is {_xla_ffi.dtype_name(code)}{list(dims)}, the plan expects "
+            f"{np.dtype(dtype).name}{list(shape)}.",
+        )
+
+    def _name(self) -> str:
+        return f"{self.plan.label} {self.plan.name!r}" if self.plan.name else self.plan.label
+
+
+_errors.own_frames(__file__)

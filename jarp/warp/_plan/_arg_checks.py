@@ -1,0 +1,152 @@
+"""Binding-time checks of one value against its spec: arrays, struct array fields, struct value fields.
+
+Used by `_binding` for a call's arguments and, for struct value fields written into argument blocks, by
+the FFI stage (`jarp.warp._ffi._struct_bytes`). Every error names the module, the argument (or struct
+field) and what to pass instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import warp as wp
+
+from ._arg_spec import ArgSpec
+from ._struct_layout import StructLeaf, is_warp_scalar
+
+
+def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argument") -> Any:
+    """Check a JAX or NumPy array against an array spec (dtype, dims, vector/matrix element dims).
+
+    Args:
+        spec: the array parameter (or struct field) it is passed for.
+        value: the array.
+        what: the module's name, for messages.
+        label: how messages name the slot: ``"argument"`` or ``"struct field"``.
+
+    Returns:
+        ``value`` as a JAX array.
+
+    Raises:
+        TypeError: naming the slot, what was wrong and what to pass instead.
+    """
+    dtype = np.dtype(value.dtype)
+    if dtype != spec.np_dtype:
+        owner = "struct" if label == "struct field" else "kernel"
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} has dtype {dtype}, but the {owner} expects {spec.np_dtype} "
+            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
+            + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
+            + "."
+        )
+    shape = tuple(value.shape)
+    if len(shape) != spec.jax_ndim:
+        inner = f" ({spec.warp_ndim} array dims + {spec.inner_shape} element dims)" if spec.inner_shape else ""
+        hint = " To run over a batch, use jax.vmap instead of adding leading dims." if label == "argument" else ""
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} must have {spec.jax_ndim} dims{inner}, got shape {shape}.{hint}"
+        )
+    if spec.inner_shape and shape[spec.warp_ndim :] != spec.inner_shape:
+        raise TypeError(
+            f"{what}: {label} {spec.name!r} holds {wp.types.type_repr(spec.dtype)} elements, so its trailing "
+            f"dims must be {spec.inner_shape}, got shape {shape}."
+        )
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
+def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -> jax.Array:
+    """Check the array given for a struct's array field (a JAX or NumPy array; a ``wp.array`` is refused)."""
+    name = leaf.name
+    if isinstance(value, wp.array):
+        if not wp.types.types_equal(value.dtype, spec.dtype) or value.ndim != spec.warp_ndim:
+            raise TypeError(
+                f"{what}: struct field {name!r} expects a {spec.describe()}, got a {value.ndim}-d wp.array of "
+                f"{wp.types.type_repr(value.dtype)}."
+            )
+        value = wp.to_jax(value)
+    if not isinstance(value, (jax.Array, np.ndarray)):
+        raise TypeError(
+            f"{what}: struct field {name!r} expects a {spec.describe()} as a JAX or NumPy array, got {kind_of(value)}."
+        )
+    return check_array_value(spec, value, what, "struct field")
+
+
+def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
+    """Check a value field's Python value and normalise it to a hashable Python number or nested tuple.
+
+    Args:
+        leaf: the value leaf.
+        value: a number, NumPy scalar or array, (nested) sequence, or Warp scalar/vector/matrix.
+        what: the caller, prefixed to error messages.
+
+    Returns:
+        A ``float``/``int``/``bool`` (scalar), a tuple (vector) or a tuple of row tuples (matrix).
+
+    Raises:
+        TypeError / ValueError: naming the leaf, for a JAX array or traced value, a wrong
+            shape, a non-number, a non-integer or out-of-range value for an integer field.
+    """
+    name = leaf.name
+    shape = leaf.value_shape
+    if isinstance(value, jax.Array):
+        hint = " (mark it static with jax.jit(..., static_argnames=...))" if isinstance(value, jax.core.Tracer) else ""
+        raise TypeError(
+            f"{what}: struct field {name!r} is a {leaf.describe()} field, which Warp bakes into the launch, and got "
+            f"{kind_of(value)}; pass a Python number{' or tuple' if shape else ''} instead{hint}."
+        )
+    if isinstance(value, ctypes.Array) and hasattr(type(value), "_wp_scalar_type_"):
+        value = _composite_to_nested(value)
+    value = value.value if is_warp_scalar(type(value)) else value
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what}: struct field {name!r} expects a {leaf.describe()} ({shape if shape else 'a number'}), "
+            f"got {kind_of(value)}."
+        )
+    if arr.shape != shape:
+        raise ValueError(
+            f"{what}: struct field {name!r} expects a {leaf.describe()} of shape {shape}, got {arr.shape}."
+        )
+    scalar = leaf.scalar_type
+    if wp.types.type_is_float(scalar):
+        out = arr.astype(np.float64)
+    elif scalar is wp.bool:
+        out = arr.astype(bool)
+    else:
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+            raise TypeError(f"{what}: struct field {name!r} is an integer field ({leaf.describe()}), got {value!r}.")
+        info = np.iinfo(np.dtype(wp.dtype_to_numpy(scalar)))
+        ints = [int(x) for x in arr.reshape(-1).tolist()]
+        if any(not info.min <= x <= info.max for x in ints):
+            raise ValueError(
+                f"{what}: struct field {name!r} = {value!r} does not fit its {wp.types.type_repr(scalar)} range "
+                f"[{info.min}, {info.max}]."
+            )
+        out = np.array(ints, dtype=object).reshape(arr.shape)
+    return _to_tuple(out.tolist())
+
+
+def _composite_to_nested(value: Any) -> list[Any]:
+    shape = tuple(type(value)._shape_)
+    if len(shape) == 1:
+        return [getattr(value[i], "value", value[i]) for i in range(shape[0])]
+    return [[getattr(value[i, j], "value", value[i, j]) for j in range(shape[1])] for i in range(shape[0])]
+
+
+def _to_tuple(x: Any) -> Any:
+    return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+def kind_of(value: Any) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return f"a traced value ({value.aval.str_short()})"
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return f"an array of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}" if value is None or np.isscalar(value) else type(value).__name__
