@@ -3,14 +3,14 @@
 from . import types as types
 from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
+from ._codegen import compile_aot as compile_aot
+from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
 from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
 from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
 from ._inspect import PlanInfo as PlanInfo
-from ._inspect import compile_aot as compile_aot
-from ._inspect import kernel_source as kernel_source
 from ._inspect import list_plans as list_plans
 from ._kernel import JaxKernel as JaxKernel
 from ._kernel import jax_kernel as jax_kernel

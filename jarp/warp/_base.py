@@ -2,13 +2,14 @@
 
 A call flows one way: ``__call__`` (eager dispatch or tracing) -> derivative
 rules (``jvp=``/``vjp=``) -> target resolution for the argument dtypes (final
-class) -> argument binding (`_binding`) -> launch plan (final class, `_planner`)
--> reverse mode (`_adjoint`) -> the primitive (`_primitive`) -> lowering and the
-FFI executor (`_ffi`). The final classes supply only what differs: how the
-target is resolved and how its plan is built.
+class) -> argument binding (`_plan/_binding.py`) -> launch plan (final class,
+`_plan/_builder.py`) -> reverse mode (`_jax/_adjoint.py`) -> the primitive
+(`_jax/_primitive.py`) -> lowering (`_jax/_lowering.py`) -> the FFI target and its
+executors (`_ffi/_target.py`, `_ffi/_executors.py`). The final classes supply only
+what differs: how the target is resolved and how its plan is built.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Equinox refuses stringified `AbstractVar` annotations.
 
 import abc
 import dataclasses
@@ -18,18 +19,19 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
+import warp as wp
 
 from . import _eager, _rules
 from ._ffi._registry import registry
 from ._jax import _adjoint
 from ._jax._primitive import CallConfig
 from ._plan._binding import BoundCall, bind_arguments
-from ._plan._normalize import check_vmap_method, normalize_output_dims
+from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
 from ._plan._signature import Signature
 from ._plan._values import Plan
 from ._upstream import _warp_internals
@@ -43,13 +45,19 @@ class AbstractWarpModule(eqx.Module):
     module returns a tuple of output arrays: in-out arguments first, then the pure
     outputs (which start zero-filled).
 
-    Every subclass has these fields after its target (the first field). They are
-    not declared here as ``eqx.AbstractVar``: dataclass field order would then put
-    them before the target, which must stay the first positional argument.
-    ``num_outputs: int``, ``vmap_method: str``, ``output_dims`` (normalised),
-    ``in_out_argnames: tuple[str, ...]``, ``enable_backward: bool``, and the
-    derivative rules ``jvp``/``vjp`` (or None).
+    The options both kinds share are declared here as ``eqx.AbstractVar``s (which make no dataclass
+    field, so each final class keeps its target as the first field), with their converters in
+    the ``*_field`` helpers below and their checks in one `__check_init__`.
     """
+
+    num_outputs: eqx.AbstractVar[int]
+    vmap_method: eqx.AbstractVar[str]
+    output_dims: eqx.AbstractVar[Any]
+    in_out_argnames: eqx.AbstractVar[tuple[str, ...]]
+    module_preload_mode: eqx.AbstractVar[wp.JaxModulePreloadMode]
+    enable_backward: eqx.AbstractVar[bool]
+    jvp: eqx.AbstractVar[Callable[..., Any] | None]
+    vjp: eqx.AbstractVar[Callable[..., Any] | None]
 
     # The factory's name, for messages ("jax_kernel()").
     _what: ClassVar[str]
@@ -57,6 +65,14 @@ class AbstractWarpModule(eqx.Module):
     _call_options: ClassVar[tuple[str, ...]]
     # Whether scalar parameters may take JAX values (read at run time from one-element arrays).
     _runtime_scalars: ClassVar[bool]
+
+    def __check_init__(self) -> None:
+        # Equinox runs this after the final class's own checks (those of its target).
+        check_vmap_method(self.vmap_method, self._what)
+        for name in ("jvp", "vjp"):
+            rule = getattr(self, name)
+            if rule is not None and not callable(rule):
+                raise TypeError(f"{self._what}: {name} must be a jarp module or a function, got {type(rule).__name__}.")
 
     def __call__(self, *args: Any, **options: Any) -> tuple[jax.Array, ...]:
         """Launch on ``args`` (one value per input parameter); return the outputs as a tuple."""
@@ -121,6 +137,29 @@ class AbstractWarpModule(eqx.Module):
     @abc.abstractmethod
     def _plan(self, target: Any, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         """The launch plan of one bound call."""
+
+
+# -- the shared options' fields ------------------------------------------------------------------
+
+
+def output_dims_field(what: str) -> Any:
+    """The ``output_dims`` field: an int, a tuple or a dict by output name, normalised to a hashable value."""
+    return eqx.field(static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{what}: output_dims"))
+
+
+def in_out_argnames_field() -> Any:
+    """The ``in_out_argnames`` field: a name or names, as a tuple."""
+    return eqx.field(static=True, default=(), converter=tuple_of_str)
+
+
+def module_preload_mode_field() -> Any:
+    """The ``module_preload_mode`` field, as Warp's enum."""
+    return eqx.field(static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode)
+
+
+def enable_backward_field() -> Any:
+    """The ``enable_backward`` field, as a bool."""
+    return eqx.field(static=True, default=False, converter=bool)
 
 
 # -- factories -----------------------------------------------------------------------------------

@@ -9,12 +9,20 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from ._base import AbstractWarpModule, make_module, warn_unused_option
+from ._base import (
+    AbstractWarpModule,
+    enable_backward_field,
+    in_out_argnames_field,
+    make_module,
+    module_preload_mode_field,
+    output_dims_field,
+    warn_unused_option,
+)
 from ._options import JaxCallableOptions
 from ._plan import _annotations, _dims
 from ._plan._binding import BoundCall, warp_dtypes
 from ._plan._builder import build_plan, protect_inputs
-from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
+from ._plan._normalize import tuple_of_str
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
@@ -134,19 +142,15 @@ class JaxCallable(AbstractWarpModule):
         static=True, default=wp.JaxCallableGraphMode.JAX, converter=wp.JaxCallableGraphMode
     )
     vmap_method: str = eqx.field(static=True, default="sequential")
-    output_dims: Any = eqx.field(
-        static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
-    )
-    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
+    output_dims: Any = output_dims_field(_WHAT)
+    in_out_argnames: tuple[str, ...] = in_out_argnames_field()
     # sets, as Warp stores them (its tests compare them with sets)
     stage_in_argnames: frozenset[str] = eqx.field(static=True, default=frozenset(), converter=_set_of_str)
     stage_out_argnames: frozenset[str] = eqx.field(static=True, default=frozenset(), converter=_set_of_str)
     graph_cache_max: int | None = eqx.field(static=True, default=None)
-    module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
-        static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
-    )
+    module_preload_mode: wp.JaxModulePreloadMode = module_preload_mode_field()
     has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
-    enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+    enable_backward: bool = enable_backward_field()
     protect_inputs: bool = eqx.field(static=True, default=True, converter=bool)
     jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
@@ -154,7 +158,6 @@ class JaxCallable(AbstractWarpModule):
     def __check_init__(self) -> None:
         if not callable(self.func):
             raise TypeError(f"{_WHAT}: func must be a function, got {type(self.func).__name__}.")
-        check_vmap_method(self.vmap_method, _WHAT)
         if self.graph_cache_max is not None and (
             isinstance(self.graph_cache_max, bool)
             or not isinstance(self.graph_cache_max, int)

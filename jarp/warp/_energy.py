@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from ._plan import _dtypes
 from ._rules import linear_call
 
 
@@ -21,10 +22,6 @@ def _first(out: Any) -> jax.Array:
 
 def _nonzero(t: Any) -> bool:
     return not isinstance(t, SymbolicZero)
-
-
-def _is_float(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.inexact)
 
 
 HessianKind = Literal["exact", "projected"]
@@ -176,7 +173,7 @@ def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx:
 
 def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: jax.Array) -> list[Any]:
     """Cotangents of the floating-point ``params`` of ``fn(x, *params)`` (reverse mode, Warp's adjoint)."""
-    idx = [i for i, p in enumerate(params) if _is_float(p)]
+    idx = [i for i, p in enumerate(params) if _dtypes.is_float_array(p, numpy=False)]
     _, pullback = jax.vjp(_of_params(fn, x, params, idx), *[params[i] for i in idx])
     grads = pullback(ct)
     out: list[Any] = [None] * len(params)
@@ -210,7 +207,7 @@ def _energy_rule(layout: _Layout) -> Any:
         t = jnp.zeros_like(e)
         if _nonzero(dx):
             t = t + jnp.vdot(_gradient_rule(layout)(self, x, *leaves), dx)
-        if any(_nonzero(dp) and _is_float(p) for p, dp in zip(leaves, dleaves, strict=True)):
+        if any(_nonzero(dp) and _dtypes.is_float_array(p, numpy=False) for p, dp in zip(leaves, dleaves, strict=True)):
             grads = _param_vjp(lambda x, *p: _value(self, x, *layout.rebuild(p)), x, leaves, jnp.ones_like(e))
             for g, dp in zip(grads, dleaves, strict=True):
                 if g is not None and _nonzero(dp):
@@ -238,7 +235,11 @@ def _gradient_rule(layout: _Layout) -> Any:
             hvp = _exact_hvp(self, layout) if self.hessian == "projected" else _kernel_hvp(self, layout)
             # The Hessian is symmetric: the tangent map is its own transpose.
             t = t + linear_call(hvp, hvp, (x, *leaves), (dx,))[0]
-        idx = [i for i, (p, dp) in enumerate(zip(leaves, dleaves, strict=True)) if _is_float(p) and _nonzero(dp)]
+        idx = [
+            i
+            for i, (p, dp) in enumerate(zip(leaves, dleaves, strict=True))
+            if _dtypes.is_float_array(p, numpy=False) and _nonzero(dp)
+        ]
         if idx:
 
             def grad_of(x: jax.Array, *p: Any) -> jax.Array:

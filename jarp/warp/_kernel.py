@@ -8,12 +8,18 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
-from ._base import AbstractWarpModule, make_module
+from ._base import (
+    AbstractWarpModule,
+    enable_backward_field,
+    in_out_argnames_field,
+    make_module,
+    module_preload_mode_field,
+    output_dims_field,
+)
 from ._options import JaxKernelOptions
 from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars
 from ._plan._binding import BoundCall, warp_dtypes
 from ._plan._builder import build_plan
-from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
@@ -127,14 +133,10 @@ class JaxKernel(AbstractWarpModule):
     num_outputs: int = eqx.field(static=True, default=1)
     vmap_method: str = eqx.field(static=True, default="sequential")
     launch_dims: tuple[int, ...] | None = eqx.field(static=True, default=None, converter=_optional_dims)
-    output_dims: Any = eqx.field(
-        static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{_WHAT}: output_dims")
-    )
-    in_out_argnames: tuple[str, ...] = eqx.field(static=True, default=(), converter=tuple_of_str)
-    module_preload_mode: wp.JaxModulePreloadMode = eqx.field(
-        static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode
-    )
-    enable_backward: bool = eqx.field(static=True, default=False, converter=bool)
+    output_dims: Any = output_dims_field(_WHAT)
+    in_out_argnames: tuple[str, ...] = in_out_argnames_field()
+    module_preload_mode: wp.JaxModulePreloadMode = module_preload_mode_field()
+    enable_backward: bool = enable_backward_field()
     jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
     block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
@@ -146,11 +148,6 @@ class JaxKernel(AbstractWarpModule):
             )
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
-        check_vmap_method(self.vmap_method, _WHAT)
-        for name in ("jvp", "vjp"):
-            rule = getattr(self, name)
-            if rule is not None and not callable(rule):
-                raise TypeError(f"{_WHAT}: {name} must be a jarp module or a function, got {type(rule).__name__}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
         pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
         written = _written_inputs(self.kernel, pure_inputs)

@@ -27,6 +27,8 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from ._plan import _dtypes
+
 # -- a linear map with a user transpose ----------------------------------------------------------
 #
 # ``jax.custom_derivatives.linear_call`` does this, but has no batching rule, so ``jax.jacfwd`` and
@@ -106,10 +108,6 @@ ad.primitive_transposes[linear_p] = _linear_transpose
 batching.primitive_batchers[linear_p] = _linear_batch
 
 
-def _is_float_array(x: Any) -> bool:
-    return isinstance(x, (jax.Array, np.ndarray)) and jnp.issubdtype(x.dtype, jnp.inexact)
-
-
 def _as_tuple(out: Any) -> tuple[Any, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -136,10 +134,10 @@ def call_with_rules(
             mode then pulls back through it (one adjoint launch) instead of transposing ``jvp``.
     """
     args = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    diff = [i for i, a in enumerate(args) if _is_float_array(a)]
+    diff = [i for i, a in enumerate(args) if _dtypes.is_float_array(a)]
     static = {i: a for i, a in enumerate(args) if i not in diff}
     for i, a in static.items():
-        if isinstance(a, jax.core.Tracer) and jnp.issubdtype(a.dtype, jnp.inexact):
+        if isinstance(a, jax.core.Tracer) and _dtypes.is_inexact(a.dtype):
             raise TypeError(
                 f"{what}: argument {i} is a traced scalar, which custom derivative rules do not differentiate; "
                 "pass it as a one-element array parameter, or as a Python number (static)."

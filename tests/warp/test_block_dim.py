@@ -23,8 +23,9 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import jax_kernel
+from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
-from jarp.warp._inspect import compile_aot, kernel_source, list_plans
+from jarp.warp._inspect import list_plans
 from jarp.warp._upstream import _warp_internals
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)

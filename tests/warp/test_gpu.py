@@ -26,8 +26,9 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
-from jarp.warp._inspect import compile_aot, kernel_source, list_plans
+from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64

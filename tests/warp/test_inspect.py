@@ -20,8 +20,9 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
-from jarp.warp._inspect import BufferInfo, ParamInfo, PlanInfo, compile_aot, kernel_source, list_plans
+from jarp.warp._inspect import BufferInfo, ParamInfo, PlanInfo, list_plans
 from tests.warp import kernels as k
 from tests.warp import kernels64 as k64
 

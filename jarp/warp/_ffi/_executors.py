@@ -130,7 +130,28 @@ def _batch_offsets(plan: Plan, nbytes: tuple[int, ...], batch: tuple[tuple[bool,
 
 
 class _Executor:
-    plan: Plan
+    """What every executor prepares from its plan: the frame check, the batch slices, the results to zero-fill.
+
+    Attributes:
+        pointers: checks a frame against the plan and returns its (operand, result) data pointers.
+        nslices: the number of batch slices one call runs (1 without a batch).
+        zero: ``(result index, bytes)`` of each result to zero-fill before the launches.
+        offsets: for operands and for results, each buffer's byte offset of each batch slice.
+    """
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        self.plan = plan
+        self.device = device
+        self.buffers = FrameBuffers(plan)
+        self.pointers = self.buffers.pointers
+        self.adjoint = plan.adjoint
+        self.nslices = math.prod(plan.batch_shape)
+        res_nbytes = tuple(b.nbytes for b in plan.results)
+        self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
+        self.offsets = (
+            _batch_offsets(plan, tuple(b.nbytes for b in plan.operands), plan.operand_batch),
+            _batch_offsets(plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)),
+        )
 
     def run(self, frame: int) -> None:
         raise NotImplementedError
@@ -140,12 +161,8 @@ class _KernelExecutor(_Executor):
     """Shared preparation of a kernel launch: argument blocks and pointer slots."""
 
     def __init__(self, plan: Plan, device: Any) -> None:
-        self.plan = plan
-        self.device = device
-        self.buffers = FrameBuffers(plan)
-        self.pointers = self.buffers.pointers
+        super().__init__(plan, device)
         kernel = plan.target
-        self.adjoint = plan.adjoint
         self.entry = _warp_internals.load_entry_points(kernel, device, plan.block_dim)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
@@ -154,19 +171,11 @@ class _KernelExecutor(_Executor):
             )
         self.bounds = _warp_internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
         self.empty = math.prod(plan.launch_dims) == 0
-        nslices = math.prod(plan.batch_shape)
-        self.nslices = nslices
-        op_nbytes = tuple(b.nbytes for b in plan.operands)
-        res_nbytes = tuple(b.nbytes for b in plan.results)
-        op_offsets = _batch_offsets(plan, op_nbytes, plan.operand_batch)
-        res_offsets = _batch_offsets(plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results))
-        self.zero = [(j, res_nbytes[j] * nslices) for j in plan.zero_results if res_nbytes[j]]
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
-        offsets = (op_offsets, res_offsets)
-        blocks = [self._block(0, offsets)]
+        blocks = [self._block(0, self.offsets)]
         if self.adjoint:
-            blocks.append(self._block(1, offsets))
+            blocks.append(self._block(1, self.offsets))
         self.blocks = blocks
 
     def _block(self, block: int, offsets: tuple[list[list[int]], list[list[int]]]) -> Any:
@@ -359,26 +368,15 @@ class _CallableExecutor(_Executor):
     """
 
     def __init__(self, plan: Plan, device: Any) -> None:
-        self.plan = plan
-        self.device = device
-        self.buffers = FrameBuffers(plan)
-        self.pointers = self.buffers.pointers
-        self.adjoint = plan.adjoint
-        self.nslices = math.prod(plan.batch_shape)
-        res_nbytes = tuple(b.nbytes for b in plan.results)
-        self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
-        self.op_offsets = _batch_offsets(plan, tuple(b.nbytes for b in plan.operands), plan.operand_batch)
-        self.res_offsets = _batch_offsets(
-            plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)
-        )
+        super().__init__(plan, device)
         self.warm = False
 
     def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
         plan = self.plan
         if binding.source == "operand":
-            buf, base = plan.operands[binding.index], ops[binding.index] + self.op_offsets[binding.index][s]
+            buf, base = plan.operands[binding.index], ops[binding.index] + self.offsets[0][binding.index][s]
         else:
-            buf, base = plan.results[binding.index], res[binding.index] + self.res_offsets[binding.index][s]
+            buf, base = plan.results[binding.index], res[binding.index] + self.offsets[1][binding.index][s]
         shape = buf.shape[: spec.warp_ndim]
         if grad is None:
             return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import warp as wp
 
+from .._plan import _dtypes
 from .._plan._values import Binding, Buffer, Param, Plan
 from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind
@@ -63,10 +64,6 @@ def adjoint_plan(plan: Plan) -> Plan:
     )
 
 
-def _is_float(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jnp.inexact)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _differentiable(plan: Plan, config: CallConfig, *operands: Any) -> tuple[jax.Array, ...]:
     return bind(plan, config, operands)
@@ -84,7 +81,9 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
     outs = bind(adjoint_plan(plan), config, (*operands, *cts))
     n_ops, n_res = len(plan.operands), len(plan.results)
     source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.in_out_aliases}
-    return tuple(_reduce_varying(outs[source[i]], op) if _is_float(op.dtype) else None for i, op in enumerate(operands))
+    return tuple(
+        _reduce_varying(outs[source[i]], op) if _dtypes.is_inexact(op.dtype) else None for i, op in enumerate(operands)
+    )
 
 
 def _varying(x: Any) -> frozenset[Any]:

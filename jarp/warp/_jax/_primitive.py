@@ -1,4 +1,4 @@
-"""jarp's JAX primitive: abstract evaluation, lowering to the FFI target, batching.
+"""jarp's JAX primitive: abstract evaluation, eager implementation, batching (lowering: `_lowering`).
 
 Every Warp launch in a JAX program is one ``jarp_warp_call`` equation whose only
 parameter is a hashable `Plan`. Batching rewrites the plan instead of the
@@ -21,12 +21,13 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from .._ffi import _errors, _target
+from .._ffi import _errors
 from .._ffi._registry import registry
 from .._plan import _launch_checks
 from .._plan._normalize import FOLD_METHODS
 from .._plan._values import Buffer, Plan, Runs
-from .._upstream import _jax_internals, _warp_internals
+from .._upstream import _jax_internals
+from . import _lowering
 
 warp_call_p = Primitive("jarp_warp_call")
 warp_call_p.multiple_results = True
@@ -100,26 +101,7 @@ _jax_internals.clear_with_jax(registry, "jarp.warp plan registry")
 _jax_internals.weak_cache_key_type(Plan)
 
 
-def _lowering(ctx: Any, *operands: Any, plan: Plan, config: CallConfig) -> Any:
-    del config
-    if "cpu" in getattr(ctx.module_context, "platforms", ()):
-        _warp_internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
-    _target.ensure_registered()
-    target = _target.TARGET if plan.graph_compatible else _target.TARGET_NO_GRAPH
-    rule = jax.ffi.ffi_lowering(
-        target,
-        operand_output_aliases=dict(plan.aliases) or None,
-        has_side_effect=plan.has_side_effect,
-    )
-    # `session` makes the compiled call (and so JAX's persistent-cache key) unique to this process:
-    # plan handles index a process-local registry, so an executable must never be reused by another process.
-    # The lease keeps the plan registered while the executable (or its lowered/compiled stage) lives.
-    handle, lease = registry.lease(plan)
-    ctx.module_context.add_keepalive(lease)
-    return rule(ctx, *operands, plan=np.int64(handle), session=_target.SESSION)
-
-
-mlir.register_lowering(warp_call_p, _lowering)
+mlir.register_lowering(warp_call_p, _lowering.lower)
 
 
 def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:

@@ -63,13 +63,17 @@ class ArgSpec:
     def np_dtype(self) -> np.dtype:
         return _dtypes.to_numpy(self.dtype)
 
+    @property
+    def element_name(self) -> str:
+        """Warp's name of the element (or scalar) type: ``"vec3f"``, ``"float32"``; ``"Any"`` when generic."""
+        return "Any" if self.generic else wp.types.type_repr(self.dtype)
+
     def describe(self) -> str:
         if self.is_struct:
             return f"struct {self.struct.describe()}"
         if not self.is_array:
             return f"scalar {getattr(self.dtype, '__name__', self.dtype)}"
-        elem = "Any" if self.generic else wp.types.type_repr(self.dtype)
-        return f"{self.warp_ndim}-d wp.array of {elem}"
+        return f"{self.warp_ndim}-d wp.array of {self.element_name}"
 
 
 def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel") -> ArgSpec:

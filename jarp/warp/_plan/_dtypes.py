@@ -18,6 +18,8 @@ import math
 import struct
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import warp as wp
@@ -27,6 +29,8 @@ __all__ = [
     "SCALAR_TYPES",
     "ctype_value",
     "from_jax",
+    "is_float_array",
+    "is_inexact",
     "is_scalar",
     "overflows",
     "scalar_of",
@@ -56,6 +60,17 @@ SCALAR_TYPES: tuple[Any, ...] = tuple(_TO_NUMPY)
 
 HALF_TYPES: tuple[Any, ...] = (wp.float16, wp.bfloat16)
 """The 16-bit float types, which Warp passes to kernels as their bit pattern (a `uint16`)."""
+
+
+def is_inexact(dtype: Any) -> bool:
+    """Whether a NumPy/JAX dtype is floating point or complex (the dtypes JAX differentiates)."""
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+def is_float_array(x: Any, *, numpy: bool = True) -> bool:
+    """Whether ``x`` is a JAX array or tracer (or, with ``numpy``, a NumPy array) of an inexact dtype."""
+    kinds = (jax.Array, np.ndarray) if numpy else jax.Array
+    return isinstance(x, kinds) and is_inexact(x.dtype)
 
 
 def is_scalar(dtype: Any) -> bool:

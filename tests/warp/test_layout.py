@@ -1,0 +1,122 @@
+"""The package's layout is its call flow: stages import only downwards, and nothing imports in a cycle.
+
+``jarp.warp`` is split into stages (see each subpackage's docstring): the upstream stage (`_upstream`, private
+Warp/JAX/XLA names) imports nothing of jarp; the plan stage (`_plan`) imports only upstream; the FFI stage
+(`_ffi`) imports the plan stage and upstream; the JAX stage (`_jax`) imports the FFI stage and below; the
+public modules at the top import anything. Every import statement counts, also those inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import jarp.warp
+
+PACKAGE = Path(jarp.warp.__file__).parent
+# Lower rank = lower stage; a module may import modules of its own rank or below.
+STAGES = {"_upstream": 0, "_plan": 1, "_ffi": 2, "_jax": 3}
+TOP = 4
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _rank(module: str) -> int:
+    parts = module.split(".")
+    assert parts[:2] == ["jarp", "warp"], module
+    return STAGES.get(parts[2], TOP) if len(parts) > 2 else TOP
+
+
+def _imports(path: Path) -> set[str]:
+    """The jarp modules ``path`` imports (``from . import x`` counts as importing the module ``x`` if it is one)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("jarp"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("jarp"):
+                target = node.module
+            else:
+                continue
+            found.add(target)
+            for alias in node.names:  # `from . import _dtypes` imports a module
+                candidate = f"{target}.{alias.name}"
+                rel = Path(*candidate.split(".")[1:])
+                if (PACKAGE.parent / rel).with_suffix(".py").exists() or (
+                    PACKAGE.parent / rel / "__init__.py"
+                ).exists():
+                    found.add(candidate)
+    found.discard(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+GRAPH = _graph()
+
+
+def test_the_stages_are_there() -> None:
+    subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert subpackages == set(STAGES)
+    for stage in STAGES:
+        doc = " ".join((ast.get_docstring(ast.parse((PACKAGE / stage / "__init__.py").read_text())) or "").split())
+        assert "Receives:" in doc, f"{stage}: its docstring must say what the stage receives"
+        assert "Never imports" in doc, f"{stage}: its docstring must say what the stage never imports"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _rank(m) < TOP))
+def test_a_stage_imports_only_its_own_stage_and_lower_ones(module: str) -> None:
+    upward = sorted(m for m in GRAPH[module] if m.startswith("jarp.warp") and _rank(m) > _rank(module))
+    outside = sorted(m for m in GRAPH[module] if not m.startswith("jarp.warp"))
+    assert not upward, f"{module} imports a higher stage: {upward}"
+    assert not outside, f"{module} imports jarp outside jarp.warp: {outside}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _rank(m) == 0))
+def test_upstream_imports_nothing_of_jarp(module: str) -> None:
+    assert not GRAPH[module], f"{module} imports {sorted(GRAPH[module])}"
+
+
+def test_no_import_cycle() -> None:
+    # Package __init__ modules import their children; an edge child -> package is a cycle only through them.
+    graph = {m: {d for d in deps if d in GRAPH and not m.startswith(d + ".")} for m, deps in GRAPH.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle = [*path[path.index(d) :], d]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if d not in state:
+                visit(d)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_the_checker_sees_imports() -> None:
+    # The tests above must be able to fail: the graph holds known downward imports of each stage.
+    assert "jarp.warp._upstream._warp_internals" in GRAPH["jarp.warp._plan._binding"]
+    assert "jarp.warp._plan._values" in GRAPH["jarp.warp._ffi._executors"]
+    assert "jarp.warp._ffi._target" in GRAPH["jarp.warp._jax._lowering"]
+    assert _rank("jarp.warp._jax._lowering") > _rank("jarp.warp._ffi._target") > _rank("jarp.warp._plan._values")
