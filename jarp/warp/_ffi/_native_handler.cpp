@@ -1,6 +1,6 @@
 // jarp's native XLA FFI handler: launch a prepared Warp kernel plan without Python.
 //
-// Built at first use by jarp/warp/_native.py with the Clang that ships in the warp-lang wheel
+// Built at first use by jarp/warp/_ffi/_native.py with the Clang that ships in the warp-lang wheel
 // (the compiler Warp builds every CPU kernel with), against jaxlib's own XLA FFI header, so the
 // call frame is read through the header's declarations, not through offsets written by hand.
 // Only freestanding headers are needed; _native.py provides <stddef.h> and <stdint.h>.
@@ -321,7 +321,7 @@ int jarp_publish(int64_t handle, int64_t slot, Descriptor* descriptor) {
 
 // The layout this module was compiled with, for _native.py to check its ctypes mirrors against:
 // the table's geometry, then the descriptor's field offsets and sizes, then the XLA FFI frame offsets
-// that jarp's Python path (_xla_ffi.py) reads by hand, as jaxlib's header has them.
+// that jarp's Python path (jarp/warp/_upstream/_xla_ffi.py) reads by hand, as jaxlib's header has them.
 extern const int64_t jarp_layout[] = {
     kChunkHandles,
     kMaxChunks,
