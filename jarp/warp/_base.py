@@ -212,7 +212,8 @@ def warn_unused_option(what: str, option: str, message: str) -> None:
 
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside jarp, Equinox and dataclasses (the user's call)."""
-    internal = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(eqx.__file__), "<string>")
+    jarp_dir = os.path.dirname(sys.modules[__name__.partition(".")[0]].__file__ or "")  # the top-level package
+    internal = (jarp_dir, os.path.dirname(eqx.__file__), "<string>")
     frame, level = sys._getframe(1), 1
     while frame is not None and (
         frame.f_code.co_filename.startswith(internal) or frame.f_code.co_filename.endswith("dataclasses.py")
