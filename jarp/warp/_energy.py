@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from ._jax._primitive import ForwardModeError
 from ._plan import _dtypes
 from ._rules import linear_call
 
@@ -249,7 +250,18 @@ def _gradient_rule(layout: _Layout) -> Any:
                 # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
                 xx, *pp = res
                 f = _of_params(grad_of, xx, pp, idx)
-                return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
+                try:
+                    return (jax.jvp(f, tuple(pp[i] for i in idx), tuple(lin))[1],)
+                except ForwardModeError as e:
+                    raise ForwardModeError(
+                        "energy(): forward mode over E.grad with respect to a parameter (jax.jvp, jax.jacfwd or "
+                        "jax.linearize of E.grad in its params) needs the grad module's own forward derivative, and "
+                        "Warp's adjoint gives reverse mode only. Use reverse mode over E.grad for parameter "
+                        "derivatives (jax.vjp, jax.jacrev, or jax.grad of a scalar of E.grad; optimistix's "
+                        "ImplicitAdjoint does), or give the grad module a jvp= rule computing d(grad)/d(params) . dp. "
+                        "Forward mode with respect to x needs no more: it runs hess_prod (hessian='exact') or "
+                        f"Warp's adjoint of grad (hessian='projected'). ({e})"
+                    ) from e
 
             def mixed_t(res: Any, cts: Any) -> Any:
                 xx, *pp = res
@@ -338,7 +350,7 @@ def energy(
         hv = jax.jvp(lambda x: E.grad(x, edges, stiffness), (x,), (v,))[1]  # runs hess_prod_kernel
 
         # A clamped (PSD) Hessian for Newton-CG; derivatives of E.grad stay exact.
-        grad_module = jarp.jax_kernel(grad_kernel, launch_dims=m, output_dims=n, enable_backward=True)
+        grad_module = jarp.warp.jax_kernel(grad_kernel, launch_dims=m, output_dims=n, enable_backward=True)
         Ep = jarp.warp.energy(energy_module, grad_module, projected_hess_prod_module, hessian="projected")
         hv = jax.jvp(lambda x: Ep.grad(x, *p), (x,), (v,))[1]  # exact H v, through Warp's adjoint of grad
         pv = Ep.hess_prod(x, *p, v=v)                            # the projected H v, for CG

@@ -328,3 +328,15 @@ def test_second_derivative_through_warps_adjoint_says_what_to_use(kind: Kind):
     inner = lambda a: jnp.sum(jax.grad(lambda a: jnp.sum(m(a, a, 2.0)[0]))(a))  # noqa: E731
     with pytest.raises(TypeError, match=r"second derivatives \(grad of grad, hessian\) need jvp="):
         jax.grad(inner)(a)
+
+
+@over_kinds
+def test_forward_mode_through_warps_adjoint_names_jarp_and_the_way_out(kind: Kind):
+    # JAX's own refusal ("can't apply forward-mode autodiff (jvp) to a custom_vjp function") names neither.
+    m = kind("triple", enable_backward=True)
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    with pytest.raises(TypeError, match=r"has no forward-mode derivative: it is differentiated in reverse mode only"):
+        jax.jvp(lambda x: m(x)[0], (x,), (x,))
+    with pytest.raises(TypeError, match=r"jvp= rules"):
+        jax.jacfwd(lambda x: m(x)[0])(x)
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(m(x)[0]))(x), np.full(4, 3.0))

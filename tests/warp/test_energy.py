@@ -301,3 +301,15 @@ def test_struct_parameters_are_differentiated_and_their_value_fields_stay_static
         jax.grad(lambda vol: jnp.vdot(jax.grad(ref)(x, {**mesh, "vol": vol}, material), w))(mesh["vol"]),
         rtol=1e-11,
     )
+
+
+def test_forward_mode_over_grad_in_a_parameter_says_what_jarp_supports():
+    # Warp's adjoint of the grad module is reverse mode only: forward mode in a parameter names jarp and the ways out.
+    E, x, (edges, k, rest) = _problem()
+    with pytest.raises(TypeError, match=r"forward mode over E\.grad with respect to a parameter") as info:
+        jax.jvp(lambda k: E.grad(x, edges, k, rest), (k,), (jnp.ones_like(k),))
+    assert "jvp=" in str(info.value)
+    assert "jax.jacrev" in str(info.value)
+    # Reverse mode in the same parameter and forward mode in x keep working.
+    jax.jacrev(lambda k: E.grad(x, edges, k, rest))(k)
+    jax.jvp(lambda x: E.grad(x, edges, k, rest), (x,), (jnp.ones_like(x),))

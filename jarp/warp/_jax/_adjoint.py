@@ -14,7 +14,7 @@ import warp as wp
 from .._plan import _dtypes
 from .._plan._values import Binding, Buffer, Param, Plan
 from .._upstream import _jax_internals
-from ._primitive import CallConfig, bind
+from ._primitive import CallConfig, bind, forward_mode_error
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,5 +107,11 @@ _jax_internals.clear_with_jax(adjoint_plan, "jarp.warp adjoint plans")  # they h
 def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:
     """Bind ``plan`` (through Warp's adjoint when ``differentiable``)."""
     if differentiable:
-        return tuple(_differentiable(plan, config, *operands))
+        try:
+            return tuple(_differentiable(plan, config, *operands))
+        except TypeError as e:
+            # JAX's own message for forward mode through a custom_vjp names neither jarp nor the way out.
+            if not _jax_internals.is_custom_vjp_forward_mode_error(e):
+                raise
+            raise forward_mode_error(plan, reverse=True) from e
     return bind(plan, config, operands)

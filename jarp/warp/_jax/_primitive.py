@@ -104,15 +104,30 @@ _jax_internals.weak_cache_key_type(Plan)
 mlir.register_lowering(warp_call_p, _lowering.lower)
 
 
+class ForwardModeError(TypeError):
+    """Forward-mode differentiation of a jarp call that has reverse mode (Warp's adjoint) at most."""
+
+
+def forward_mode_error(plan: Plan, reverse: bool = False) -> ForwardModeError:
+    """The error for forward mode (or a second derivative) through ``plan``, saying what jarp supports instead.
+
+    ``reverse``: whether the module has reverse mode (built with ``enable_backward=True``).
+    """
+    factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"
+    if reverse:
+        has = "it is differentiated in reverse mode only (jax.grad, jax.vjp, through Warp's adjoint)"
+    else:
+        has = f"Warp's adjoint gives first-order reverse mode only (pass enable_backward=True to {factory} for jax.grad and jax.vjp)"
+    return ForwardModeError(
+        f"{plan.name} has no forward-mode derivative: {has}. Forward mode (jax.jvp, jacfwd) and second "
+        "derivatives (grad of grad, hessian) need jvp= rules (e.g. a Hessian-vector product kernel) or "
+        "jarp.warp.energy (with hessian='exact' or 'projected'); see the Derivatives page of the docs."
+    )
+
+
 def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:
     # Reached by forward mode, and by reverse mode without enable_backward (JAX linearizes through the JVP rule).
-    factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"
-    raise TypeError(
-        f"{plan.name} has no forward-mode derivative: Warp's adjoint gives first-order reverse mode only (pass "
-        f"enable_backward=True to {factory} for jax.grad and jax.vjp). Forward mode (jax.jvp, jacfwd) and second "
-        "derivatives (grad of grad, hessian) need jvp= rules (e.g. a Hessian-vector product kernel) or "
-        "jarp.warp.energy; see the Derivatives page of the docs."
-    )
+    raise forward_mode_error(plan)
 
 
 ad.primitive_jvps[warp_call_p] = _not_differentiable

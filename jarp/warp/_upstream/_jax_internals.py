@@ -17,7 +17,15 @@ from jax._src import effects as _effects
 from jax._src import mesh as _mesh
 from jax._src import util as _util
 
-__all__ = ["Effect", "check_internals", "clear_with_jax", "register_effect", "varying_aval", "weak_cache_key_type"]
+__all__ = [
+    "Effect",
+    "check_internals",
+    "clear_with_jax",
+    "is_custom_vjp_forward_mode_error",
+    "register_effect",
+    "varying_aval",
+    "weak_cache_key_type",
+]
 
 Effect = _effects.Effect
 
@@ -51,6 +59,15 @@ def weak_cache_key_type(cls: type[Any]) -> None:
     _util.weakref_cache_key_types.add(cls)
 
 
+# What JAX raises for forward mode through a ``jax.custom_vjp`` function (`check_internals` keeps it honest).
+_CUSTOM_VJP_FORWARD_MODE = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
+
+
+def is_custom_vjp_forward_mode_error(error: BaseException) -> bool:
+    """Whether ``error`` is JAX's refusal of forward mode through a ``jax.custom_vjp`` function."""
+    return isinstance(error, TypeError) and _CUSTOM_VJP_FORWARD_MODE in str(error)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
     for name in (
@@ -66,3 +83,16 @@ def check_internals() -> None:
     assert callable(_util.register_cache), "jax._src.util.register_cache is gone"
     assert callable(_util.clear_all_caches), "jax._src.util.clear_all_caches is gone"
     assert isinstance(_util.weakref_cache_key_types, set), "jax._src.util.weakref_cache_key_types changed"
+
+    @jax.custom_vjp
+    def f(x: Any) -> Any:
+        return x
+
+    f.defvjp(lambda x: (x, None), lambda _, g: (g,))
+    try:
+        jax.jvp(f, (1.0,), (1.0,))
+    except TypeError as e:
+        if not is_custom_vjp_forward_mode_error(e):
+            raise AssertionError(f"JAX's forward-mode refusal of a custom_vjp changed: {e}") from e
+    else:
+        raise AssertionError("JAX now applies forward mode to a custom_vjp function: jarp's message can go")
