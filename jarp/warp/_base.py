@@ -13,10 +13,12 @@ what differs: how the target is resolved and how its plan is built.
 
 import abc
 import dataclasses
+import functools
 import gc
 import os
 import sys
 import threading
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -139,6 +141,91 @@ class AbstractWarpModule(eqx.Module):
         """The launch plan of one bound call."""
 
 
+# -- user callables compared by value ------------------------------------------------------------
+#
+# Static fields compare with ``==``, and two function objects compare by identity. A model that builds its
+# modules afresh (``eqx.filter_jit`` over a rebuilt model, a training loop that reconstructs it) would then
+# retrace at every rebuild if it passed a closure or a partial built in place; these wrappers make equal
+# constructions compare equal.
+
+
+class _ValuePartial(functools.partial):  # type: ignore[type-arg]
+    """A ``functools.partial`` that compares and hashes by value (a plain partial compares by identity).
+
+    A model that builds its function as ``functools.partial(f, constants)`` then rebuilds equal,
+    so ``eqx.filter_jit`` does not retrace.
+    """
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.func, self.args, tuple(sorted(self.keywords.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ValuePartial) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class _ValueFunction:
+    """A nested function (a closure, a lambda) compared by value: its code, defaults and captured values.
+
+    Two functions made by the same ``def`` or ``lambda`` with equal captured values behave alike, so they
+    compare equal. Attributes (``__name__``, ``__code__``...), calls and ``inspect.signature`` reach the
+    function itself.
+    """
+
+    __slots__ = ("__weakref__", "__wrapped__", "_key")
+
+    def __init__(self, func: types.FunctionType, key: tuple[Any, ...]) -> None:
+        self.__wrapped__ = func
+        self._key = key
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__wrapped__(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ValueFunction) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return repr(self.__wrapped__)
+
+
+def _is_nested(func: Any) -> bool:
+    """Whether ``func`` is a function made inside another function (a new object at every call of that one)."""
+    return isinstance(func, types.FunctionType) and (func.__closure__ is not None or "<locals>" in func.__qualname__)
+
+
+def value_callable(func: Any) -> Any:
+    """``func``, compared by value where it can be: a partial by its function and arguments, a nested function
+    (closure, lambda) by its code, defaults and captured values when all are hashable.
+
+    A module-level function, a jarp module or any object with its own ``__eq__`` is returned as it is.
+    """
+    if isinstance(func, functools.partial) and not isinstance(func, _ValuePartial):
+        return _ValuePartial(func.func, *func.args, **func.keywords)
+    if not _is_nested(func):
+        return func
+    try:
+        cells = tuple(cell.cell_contents for cell in func.__closure__ or ())
+        kwdefaults = tuple(sorted((func.__kwdefaults__ or {}).items()))
+        key = (func.__code__, id(func.__globals__), func.__defaults__, kwdefaults, cells)
+        hash(key)
+    except (TypeError, ValueError):  # a captured value that is unhashable (an array, a list) or not yet set
+        return func
+    return _ValueFunction(func, key)
+
+
+def value_callable_field(default: Any = None) -> Any:
+    """A static field holding a user callable, compared by value where it can be (`value_callable`)."""
+    return eqx.field(static=True, default=default, converter=value_callable)
+
+
 # -- the shared options' fields ------------------------------------------------------------------
 
 
@@ -188,6 +275,7 @@ def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, A
         # normalised before construction: Equinox flattens constructor arguments before converters run
         options["output_dims"] = normalize_output_dims(options["output_dims"], f"{cls._what}: output_dims")
     module = cls(target, **options)
+    _warn_if_rebuilt_closure(cls, module)
     # Keyed by the normalised field values (the converters have run), so that `in_out_argnames=[]`
     # and no in_out_argnames give the same module, as in Warp; typed, so that True and 1 differ.
     key = (cls, *((type(v), v) for v in (getattr(module, f.name) for f in dataclasses.fields(cls))))
@@ -199,11 +287,41 @@ def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, A
         return _instances.setdefault(key, module)
 
 
+# (class, field, code object) -> the first nested function seen there, weakly: a second one is a rebuild.
+_nested_seen: dict[tuple[Any, str, Any], weakref.ref[Any]] = {}
+_nested_lock = threading.Lock()
+
+
+def _warn_if_rebuilt_closure(cls: type[AbstractWarpModule], module: AbstractWarpModule) -> None:
+    """Warn (once per field and code) when a module is rebuilt with a new closure that compares by identity.
+
+    Such a closure (one capturing an unhashable value, which `value_callable` cannot compare) makes every
+    rebuilt module unequal to the last, so ``jax.jit``/``eqx.filter_jit`` retrace at every rebuild.
+    """
+    for field in dataclasses.fields(cls):
+        func = getattr(module, field.name)
+        if isinstance(func, _ValueFunction) or not _is_nested(func):
+            continue
+        key = (cls, field.name, func.__code__)
+        with _nested_lock:
+            first = _nested_seen.setdefault(key, weakref.ref(func))
+        if first() is func:
+            continue
+        warn_unused_option(
+            cls._what,
+            field.name,
+            f"is a new closure ({func.__qualname__}) capturing values jarp cannot compare (e.g. arrays or lists), "
+            "so a module built again with it differs from the last one and jax.jit / eqx.filter_jit retrace at "
+            "every rebuild. Define the function at module level and pass what it captures as arguments, or use "
+            "functools.partial with hashable arguments (compared by value).",
+        )
+
+
 _warned: set[tuple[str, str]] = set()
 
 
 def warn_unused_option(what: str, option: str, message: str) -> None:
-    """Warn (once per process and option) that a Warp-compatibility option is accepted but not acted on."""
+    """Warn (once per process, module kind and option) about an option: ``"{what}: {option} {message}"``."""
     if (what, option) in _warned:
         return
     _warned.add((what, option))

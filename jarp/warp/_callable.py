@@ -16,6 +16,8 @@ from ._base import (
     make_module,
     module_preload_mode_field,
     output_dims_field,
+    value_callable,
+    value_callable_field,
     warn_unused_option,
 )
 from ._options import JaxCallableOptions
@@ -45,29 +47,6 @@ def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callabl
             f"{_WHAT}: the generic factory {callable_name(factory)} returned {func!r} for dtypes "
             f"{[getattr(d, '__name__', d) for d in dtypes]}; it must return an annotated function."
         )
-    return func
-
-
-class _ValuePartial(functools.partial):  # type: ignore[type-arg]
-    """A ``functools.partial`` that compares and hashes by value (a plain partial compares by identity).
-
-    A model that builds its function as ``functools.partial(f, constants)`` then rebuilds equal,
-    so ``eqx.filter_jit`` does not retrace.
-    """
-
-    def _key(self) -> tuple[Any, ...]:
-        return (self.func, self.args, tuple(sorted(self.keywords.items())))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ValuePartial) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-
-def _by_value(func: Any) -> Any:
-    if isinstance(func, functools.partial) and not isinstance(func, _ValuePartial):
-        return _ValuePartial(func.func, *func.args, **func.keywords)
     return func
 
 
@@ -135,7 +114,7 @@ class JaxCallable(AbstractWarpModule):
     _call_options = ("output_dims", "vmap_method")
     _runtime_scalars = False
 
-    func: Callable[..., Any] = eqx.field(static=True, converter=_by_value)
+    func: Callable[..., Any] = eqx.field(static=True, converter=value_callable)
     generic: bool = eqx.field(static=True, default=False, converter=bool)
     num_outputs: int = eqx.field(static=True, default=1)
     graph_mode: wp.JaxCallableGraphMode = eqx.field(
@@ -152,8 +131,8 @@ class JaxCallable(AbstractWarpModule):
     has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
     enable_backward: bool = enable_backward_field()
     protect_inputs: bool = eqx.field(static=True, default=True, converter=bool)
-    jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
-    vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    jvp: Callable[..., Any] | None = value_callable_field()
+    vjp: Callable[..., Any] | None = value_callable_field()
 
     def __check_init__(self) -> None:
         if not callable(self.func):

@@ -15,6 +15,7 @@ from ._base import (
     make_module,
     module_preload_mode_field,
     output_dims_field,
+    value_callable_field,
 )
 from ._options import JaxKernelOptions
 from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars
@@ -129,7 +130,7 @@ class JaxKernel(AbstractWarpModule):
     _runtime_scalars = True
 
     kernel: wp.Kernel = eqx.field(static=True)
-    arg_types_factory: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    arg_types_factory: Callable[..., Any] | None = value_callable_field()
     num_outputs: int = eqx.field(static=True, default=1)
     vmap_method: str = eqx.field(static=True, default="sequential")
     launch_dims: tuple[int, ...] | None = eqx.field(static=True, default=None, converter=_optional_dims)
@@ -137,8 +138,8 @@ class JaxKernel(AbstractWarpModule):
     in_out_argnames: tuple[str, ...] = in_out_argnames_field()
     module_preload_mode: wp.JaxModulePreloadMode = module_preload_mode_field()
     enable_backward: bool = enable_backward_field()
-    jvp: Callable[..., Any] | None = eqx.field(static=True, default=None)
-    vjp: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    jvp: Callable[..., Any] | None = value_callable_field()
+    vjp: Callable[..., Any] | None = value_callable_field()
     block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
 
     def __check_init__(self) -> None:

@@ -141,10 +141,12 @@ def _positional_params(func: Callable[..., Any]) -> tuple[list[str], dict[str, A
 
 
 def _code_function(func: Any) -> Any:
-    """The plain function whose code defines ``func``'s parameters (through partials and ``__call__``)."""
+    """The plain function whose code defines ``func``'s parameters (through partials, wrappers and ``__call__``)."""
     for _ in range(16):
         if isinstance(func, functools.partial):
             func = func.func
+        elif not inspect.isfunction(func) and hasattr(func, "__wrapped__"):
+            func = func.__wrapped__  # a wrapper instance (e.g. a callable compared by value)
         elif inspect.ismethod(func):
             func = func.__func__
         elif not inspect.isfunction(func) and callable(func):
