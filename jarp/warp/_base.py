@@ -32,6 +32,7 @@ from . import _eager, _rules
 from ._ffi._registry import registry
 from ._jax import _adjoint
 from ._jax._primitive import CallConfig
+from ._plan._arg_spec import ArgSpec
 from ._plan._binding import BoundCall, bind_arguments
 from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
 from ._plan._signature import Signature
@@ -119,6 +120,16 @@ class AbstractWarpModule(eqx.Module):
         """This call's (normalised) ``output_dims``: the per-call option, else the module's."""
         dims = options.get("output_dims")
         return self.output_dims if dims is None else normalize_output_dims(dims, f"{what}: output_dims")
+
+    def input_specs(self) -> tuple[ArgSpec, ...] | None:
+        """The module's input parameters (in-out ones included), in call order; None where they are only known per
+        call (a ``jax_callable(generic=True)`` factory). Generic kernel parameters have no dtype (``generic``)."""
+        target = self._annotated_target()
+        return None if target is None else self._signature(target).inputs
+
+    def _annotated_target(self) -> Any:
+        """The target whose annotations give the parameters before any call; None if only a call resolves it."""
+        return self._unresolved_target()
 
     @abc.abstractmethod
     def _unresolved_target(self) -> Any:

@@ -168,6 +168,9 @@ class JaxCallable(AbstractWarpModule):
     def _unresolved_target(self) -> Any:
         return self.func
 
+    def _annotated_target(self) -> Any:
+        return None if self.generic else self.func  # a generic factory's functions exist per dtype signature
+
     def _resolve(self, args: tuple[Any, ...]) -> Callable[..., Any]:
         return _specialise(self.func, warp_dtypes(args)) if self.generic else self.func
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools as ft
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, get_args
 
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from ._base import AbstractWarpModule
 from ._jax._primitive import ForwardModeError
 from ._plan import _dtypes
 from ._rules import linear_call
@@ -55,6 +57,7 @@ class Energy(eqx.Module):
     hess_diag_fn: Callable[..., Any] | None = eqx.field(static=True, default=None)
     hess_quad_fn: Callable[..., Any] | None = eqx.field(static=True, default=None)
     hessian: HessianKind = eqx.field(static=True, default="exact")
+    direction: int = eqx.field(static=True, default=-1)
 
     def __call__(self, x: jax.Array, *params: Any) -> jax.Array:
         """The energy at ``x``, as a 0-d array."""
@@ -66,7 +69,7 @@ class Energy(eqx.Module):
 
     def hess_prod(self, x: jax.Array, *params: Any, v: jax.Array) -> jax.Array:
         """The Hessian-vector product ``H(x) v`` (the projected Hessian with ``hessian="projected"``)."""
-        return _first(self.hess_prod_fn(x, *params, v))
+        return _first(self.hess_prod_fn(*_with_direction(self.direction, x, params, v)))
 
     def hess_diag(self, x: jax.Array, *params: Any) -> jax.Array:
         """The diagonal of the Hessian (shaped like ``x``), e.g. for a Jacobi preconditioner."""
@@ -97,10 +100,17 @@ class Energy(eqx.Module):
         """
         if self.hess_quad_fn is None:
             return jnp.vdot(v, self.hess_prod(x, *params, v=v))
-        out = _first(self.hess_quad_fn(x, *params, v))
+        out = _first(self.hess_quad_fn(*_with_direction(self.direction, x, params, v)))
         if out.size != 1:
             raise ValueError(f"energy(): hess_quad must return a one-element array, got shape {out.shape}.")
         return out.reshape(())
+
+
+def _with_direction(position: int, x: Any, params: Sequence[Any], v: Any) -> list[Any]:
+    """The arguments of ``hess_prod``/``hess_quad``: ``x, *params`` with the direction ``v`` at ``position``."""
+    args = [x, *params]
+    args.insert(position if position >= 0 else len(args) + 1 + position, v)
+    return args
 
 
 def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
@@ -279,7 +289,8 @@ def _kernel_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
     """``H v`` through the ``hess_prod`` module, as a `linear_call` map."""
 
     def hvp(res: Any, lin: Any) -> Any:
-        return (_first(self.hess_prod_fn(res[0], *layout.rebuild(res[1:]), lin[0])),)
+        args = _with_direction(self.direction, res[0], layout.rebuild(res[1:]), lin[0])
+        return (_first(self.hess_prod_fn(*args)),)
 
     return hvp
 
@@ -317,6 +328,7 @@ def energy(
     *,
     hess_quad: Callable[..., Any] | None = None,
     hessian: HessianKind = "exact",
+    direction: str | int = -1,
 ) -> Energy:
     """Wrap an energy and its derivative kernels as one differentiable `Energy` module.
 
@@ -338,6 +350,10 @@ def energy(
             reverse mode over ``E.grad``) go through Warp's adjoint of the ``grad`` module
             instead, which is exact and needs ``enable_backward=True`` on it; without it
             they raise a `TypeError` that says so.
+        direction: where ``hess_prod`` and ``hess_quad`` take the direction ``v``: the name of that
+            parameter (``"v"``) or its position among their inputs (``x`` is position 0; negative counts
+            from the end). The default, ``-1``, is after every parameter: ``hess_prod(x, *params, v)``.
+            A kernel written ``hess_prod(u, v, mesh, material, out)`` is ``direction="v"`` (or ``1``).
 
     Returns:
         An `Energy` ``E`` with ``E(x, *params)`` a 0-d array, and methods ``E.grad``,
@@ -370,4 +386,98 @@ def energy(
             f"energy(): hessian must be 'exact' (hess_prod is the Hessian of fun) or 'projected' (a clamped, "
             f"positive semi-definite Hessian, not used as a derivative), got {hessian!r}."
         )
-    return Energy(fun, grad, hess_prod, hess_diag, hess_quad_fn=hess_quad, hessian=hessian)
+    position = _check_signatures(
+        {"fun": fun, "grad": grad, "hess_prod": hess_prod, "hess_diag": hess_diag, "hess_quad": hess_quad}, direction
+    )
+    return Energy(fun, grad, hess_prod, hess_diag, hess_quad_fn=hess_quad, hessian=hessian, direction=position)
+
+
+def _inputs(f: Callable[..., Any]) -> list[tuple[str, str | None]] | None:
+    """``(name, type or None)`` of each positional input of ``f``; None where they are not known before a call."""
+    if isinstance(f, AbstractWarpModule):
+        specs = f.input_specs()
+        if specs is None:
+            return None
+        return [(s.name, None if s.generic or (s.is_array and "Any" in s.describe()) else s.describe()) for s in specs]
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [(p.name, None) for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+
+
+def _check_signatures(fns: dict[str, Callable[..., Any] | None], direction: str | int) -> int:
+    """Check the derivative functions' inputs against ``fun``'s; return the direction's position (from the end if < 0).
+
+    ``fun``, ``grad`` and ``hess_diag`` take ``(x, *params)``; ``hess_prod`` and ``hess_quad`` the same with the
+    direction inserted at ``direction``. Where a module's inputs are known (a jarp module, or a function's
+    signature) their number must agree, and where both sides have a type (non-generic jarp modules) it must too.
+    """
+    known = {name: _inputs(f) for name, f in fns.items() if f is not None}
+
+    def listing(inputs: list[tuple[str, str | None]]) -> str:
+        return ", ".join(n for n, _ in inputs)
+
+    with_v = [name for name in ("hess_prod", "hess_quad") if known.get(name) is not None]
+    if isinstance(direction, str):
+        if not with_v:
+            raise TypeError(
+                f"energy(): direction={direction!r} names a parameter, but hess_prod's parameters are not known before "
+                "a call (a generic jax_callable, or a function taking *args); pass its position instead, e.g. "
+                "direction=1."
+            )
+        positions = {}
+        for name in with_v:
+            names = [n for n, _ in known[name]]  # type: ignore[union-attr]
+            if direction not in names:
+                raise ValueError(
+                    f"energy(): direction={direction!r} is not a parameter of {name} (its inputs are "
+                    f"{listing(known[name])}); name the parameter that takes the direction v."  # type: ignore[arg-type]
+                )
+            positions[name] = names.index(direction)
+        if len(set(positions.values())) > 1:
+            raise ValueError(
+                f"energy(): the direction {direction!r} is at different positions in hess_prod and hess_quad "
+                f"({positions}); jarp passes it at one position to both."
+            )
+        position = next(iter(positions.values()))
+    elif isinstance(direction, int) and not isinstance(direction, bool):
+        position = direction
+    else:
+        raise TypeError(f"energy(): direction must be a parameter name or a position (int), got {direction!r}.")
+    if position == 0:
+        raise ValueError("energy(): direction=0 is the point x's position; x comes first in every energy function.")
+    reference = known.get("fun")
+    if reference is None:
+        return position
+    n = len(reference)
+    for name, inputs in known.items():
+        if inputs is None or name == "fun":
+            continue
+        params = list(inputs)
+        if name in ("hess_prod", "hess_quad"):
+            if len(params) != n + 1:
+                raise TypeError(
+                    f"energy(): {name} takes {len(params)} inputs ({listing(params)}), fun takes {n} "
+                    f"({listing(reference)}); {name} takes fun's inputs and the direction v."
+                )
+            at = position if position >= 0 else n + 1 + position
+            if not 0 < at <= n:
+                raise ValueError(f"energy(): direction={direction!r} is outside {name}'s inputs ({listing(params)}).")
+            del params[at]
+        elif len(params) != n:
+            raise TypeError(
+                f"energy(): {name} takes {len(params)} inputs ({listing(params)}), fun takes {n} "
+                f"({listing(reference)}); they must take the same (x, *params)."
+            )
+        for (pname, ptype), (rname, rtype) in zip(params, reference, strict=True):
+            if ptype is not None and rtype is not None and ptype != rtype:
+                raise TypeError(
+                    f"energy(): {name}'s input {pname!r} is a {ptype}, but fun's input {rname!r} at the same position "
+                    f"is a {rtype}; every function gets the same (x, *params)"
+                    + (f" (the direction is at position {position})." if name in ("hess_prod", "hess_quad") else ".")
+                )
+    return position
