@@ -29,9 +29,10 @@ from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import compile_aot, kernel_source, list_plans
 from jarp.warp._plan import _runtime_scalars
-from tests.warp import kernels as k
-from tests.warp import kernels64 as k64
-from tests.warp import kernels_ad, kernels_energy, kernels_hostile, kernels_struct, test_struct
+from tests.warp import test_struct
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels64 as k64
+from tests.warp.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")

@@ -3,7 +3,7 @@
 Property-based tests throw random shapes (size-0 dims included), dtypes, ndims (0-D to 7-D), vector/matrix inner dims,
 argument counts, NumPy and JAX inputs, Python scalars of the wrong kind, traced values, ``output_dims`` and
 ``launch_dims`` forms and ``vmap`` axes at `jax_kernel` and `jax_callable` modules of a few representative kernels
-(``tests/warp/kernels_hostile.py``: elementwise, vec3 arrays, 2-D, a gather through indices, scalar parameters, an
+(``support/kernels_hostile.py``: elementwise, vec3 arrays, 2-D, a gather through indices, scalar parameters, an
 in-out accumulator, a 4-D array of matrices). Each call must either
 
 * return the right result (checked against NumPy), or
@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp import kernels_hostile as kh
+from tests.warp.support import kernels_hostile as kh
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -1154,7 +1154,7 @@ import jax, jax.numpy as jnp, numpy as np, warp as wp
 wp.config.quiet = True
 {setup}
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp import kernels_hostile as kh
+from tests.warp.support import kernels_hostile as kh
 try:
     out = {call}
     print("RESULT", [np.asarray(o).tolist() for o in out], flush=True)
