@@ -15,9 +15,9 @@ Some bad input cannot be caught by jarp: Warp kernels index raw memory and Warp 
 unless ``wp.config.mode == "debug"``. Such calls (an out-of-range index in a gather, a launch larger than the arrays it
 reads, arrays of mismatched lengths, a launch whose rank differs from the kernel's ``wp.tid()``) run in subprocesses:
 the tests document what happens and check only that the process ends in time without taking the test run down. In-process
-tests only ever make calls that stay in bounds.
-
-Known bugs are kept as strict xfails; their reasons say what goes wrong.
+tests only ever make calls that stay in bounds. Two such calls jarp does refuse (an output smaller than the launch of
+a kernel that writes every thread's element, output dims whose element count overflows int64): their subprocesses must
+raise a ``ValueError`` naming ``output_dims``.
 """
 
 from __future__ import annotations
@@ -714,7 +714,7 @@ def dims_form(warp_dims: tuple[int, ...], inner: tuple[int, ...]) -> st.SearchSt
     if len(warp_dims) == 1:
         forms.append(good.map(lambda d: d[0]))
     value = st.one_of(*forms)
-    keys = st.sampled_from(["out", "zzz", "OUT", "a", ""])  # mixed-type keys: see the xfail below
+    keys = st.sampled_from(["out", "zzz", "OUT", "a", ""])  # mixed-type keys: see the tests below
     return st.one_of(value, st.dictionaries(keys, value, max_size=3), value.map(lambda v: {"out": v}))
 
 
@@ -1106,7 +1106,7 @@ def test_jax_callable_launching_a_kernel_that_writes_an_input(mode):
 
 
 def test_jax_callable_writing_an_input_leaves_numpy_callers_intact():
-    # NumPy inputs are copied into XLA buffers, so the write cannot reach them (JAX inputs: the xfail above)
+    # NumPy inputs are copied into XLA buffers, so the write cannot reach them (JAX inputs: the test above)
     x = np.ones(3, np.float32)
     jax.block_until_ready(jax_callable(kh.overwrite_input_func)(x))
     np.testing.assert_array_equal(x, np.ones(3, np.float32))
@@ -1190,15 +1190,17 @@ SCENARIOS = {
         "",
         "jax_kernel(kh.grid_kernel)(jnp.ones((2, 3)), launch_dims=(64,), output_dims=(2, 3))",
     ),
-    # the second xfail below: a shape whose element count overflows int64. Plain JAX aborts the same way
-    # (jnp.zeros((2**31, 2**31))), but output_dims is jarp's option, checked by jarp. Seen: "terminate called after
-    # throwing an instance of 'absl::BadStatusOrAccess' ... overflow in static extent product", SIGABRT.
+    # refused (test_output_dims_overflowing_int64_are_refused): a shape whose element count overflows int64. Plain JAX
+    # aborts on it (jnp.zeros((2**31, 2**31))), but output_dims is jarp's option, checked by jarp. Seen without that
+    # check: "terminate called after throwing an instance of 'absl::BadStatusOrAccess' ... overflow in static extent
+    # product", SIGABRT.
     "output dims overflowing int64": (
         "",
         "jax_kernel(kh.grid_kernel)(jnp.ones((2, 2)), output_dims=(2**31, 2**31))",
     ),
-    # the xfail below: jarp knows this kernel writes out[i] on every thread, so an output smaller than the launch is a
-    # certain out-of-bounds write that it could refuse. Seen: a result, then SIGSEGV or SIGABRT (heap corruption).
+    # refused (test_output_smaller_than_the_launch_of_an_overwriting_kernel_is_refused): jarp knows this kernel writes
+    # out[i] on every thread, so an output smaller than the launch is a certain out-of-bounds write. Seen without that
+    # check: a result, then SIGSEGV or SIGABRT (heap corruption).
     "output smaller than the launch": (
         "",
         "jax_kernel(kh.weigh_vec3_kernel)(jnp.ones((64, 3)), jnp.ones(64), output_dims=2)",
@@ -1261,10 +1263,11 @@ def scenarios() -> dict[str, Outcome]:
     return outcomes
 
 
-XFAIL_SCENARIOS = ("output smaller than the launch", "output dims overflowing int64")
+# the scenarios jarp refuses, each checked by its own test below; the others are undefined behaviour
+REFUSED_SCENARIOS = ("output smaller than the launch", "output dims overflowing int64")
 
 
-@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in XFAIL_SCENARIOS])
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in REFUSED_SCENARIOS])
 def test_out_of_bounds_indexing_ends_without_hanging_or_taking_the_run_down(scenarios, name):
     """Undefined behaviour inside the kernel (Warp's semantics): the process may print a result, raise, or die by a
     signal; it must end in time, and this test run goes on either way."""
@@ -1319,7 +1322,7 @@ def test_array_lookalikes_are_refused_naming_the_argument(kind, what):
 
 @fuzz(max_examples=30)
 @given(
-    num_outputs=st.one_of(st.integers(-2, 6), st.sampled_from(["1", None, 2.5])),  # 1.0, True: the xfail below
+    num_outputs=st.one_of(st.integers(-2, 6), st.sampled_from(["1", None, 2.5])),  # 1.0, True: the test below
     in_out=st.one_of(
         st.lists(st.sampled_from(["a", "gain", "shift", "flip", "out", "zzz"]), max_size=3), st.sampled_from(["a", ""])
     ),
