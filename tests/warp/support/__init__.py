@@ -11,7 +11,7 @@ Warp kernels and annotated functions, one Warp module per file, each built once 
 * ``kernels_ad.py``: float64 kernels for the autodiff and derivative-rule tests.
 * ``kernels_dtypes.py``: kernels over every scalar type JAX has, for ``test_dtypes.py``.
 * ``kernels_energy.py``: spring energies with their gradient, Hessian-product and projected-Hessian kernels.
-* ``kernels_hostile.py``: the representative kernels of the hostile-input tests (``test_hostile.py``).
+* ``kernels_hostile.py``: the representative kernels of the hostile-input tests (``test_hostile_*.py``).
 * ``kernels_static_keys.py``: kernels and functions for ``test_static_keys.py``.
 * ``kernels_struct.py``: structs and kernels for ``test_struct_params.py``.
 * ``string_annotations.py``: kernels and callables written with ``from __future__ import annotations``.
@@ -19,6 +19,7 @@ Warp kernels and annotated functions, one Warp module per file, each built once 
 Test machinery:
 
 * ``kinds.py``: the two module kinds (``JaxKernel``, ``JaxCallable``) for tests parametrised over both.
+* ``hostile.py``: the case table, hypothesis settings and checks shared by the hostile-input tests.
 
 Scripts run in child processes, as modules from the repository root (``python -m tests.warp.support.<name>``):
 
