@@ -9,8 +9,8 @@ thread that calls ``pthread_exit``: the way CPython ends a thread that takes the
 cause of the hang described in ``exit_hang/README.md``. The script is a path, or a module run with ``-m``.
 
     python benchmarks/check_exit.py examples/multi_device.py --runs 100
-    python benchmarks/check_exit.py tests.warp.multi_device_script --runs 100 --launch python
-    python benchmarks/check_exit.py tests.warp.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
+    python benchmarks/check_exit.py tests.warp.support.multi_device_script --runs 100 --launch python
+    python benchmarks/check_exit.py tests.warp.support.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
 
 By default ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` (as ``examples/multi_device.py`` sets it).
 """

@@ -15,6 +15,9 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_debug_key_reuse", True)
 
+# The hostile-input tests' checks live in a support module: rewrite its asserts as pytest rewrites the tests' own.
+pytest.register_assert_rewrite("tests.warp.support.hostile")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "x64: runs only in the JAX_ENABLE_X64=1 process (float64 tests)")

@@ -1,10 +1,11 @@
-"""Run pairs of ``tests/warp/distributed_worker.py`` (two jax.distributed processes) and count clean exits and hangs.
+"""Run pairs of ``tests/warp/support/distributed_worker.py`` (jax.distributed processes); count exits and hangs.
 
     python benchmarks/exit_hang/pair_hunt.py --pairs 40 --parallel 2 --tag dist
 
-The workers run in this checkout and import its ``jarp``, through ``tests.warp.distributed_worker.start_workers``
-(the launcher ``tests/warp/test_distributed.py`` uses). A pair whose processes have not both exited within ``--timeout`` counts
-as hung; the full gdb backtraces of its live processes go to ``<out>/hang_bt_<tag>_<pair>_<process>.txt``.
+The workers run in this checkout and import its ``jarp``, through
+``tests.warp.support.distributed_worker.start_workers`` (the launcher ``tests/warp/test_distributed.py`` uses). A pair
+whose processes have not both exited within ``--timeout`` counts as hung; the full gdb backtraces of its live processes
+go to ``<out>/hang_bt_<tag>_<pair>_<process>.txt``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
 from check_exit import SPY_MARK, native_stacks, spy_library  # noqa: E402
 
-from tests.warp import distributed_worker  # noqa: E402
+from tests.warp.support import distributed_worker  # noqa: E402
 
 
 def run_pair(i: int, env: dict[str, str], timeout: float, out: Path, tag: str) -> tuple[str, str]:

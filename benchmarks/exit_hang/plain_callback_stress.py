@@ -1,4 +1,4 @@
-"""Plain JAX (no jarp): tests/warp/unawaited_at_exit_script.py with jax.pure_callback in place of the jarp call."""
+"""Plain JAX (no jarp): tests/warp/support/unawaited_at_exit_script.py, jax.pure_callback in place of the jarp call."""
 
 import jax
 import jax.numpy as jnp

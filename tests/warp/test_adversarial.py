@@ -20,7 +20,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry
 
-from . import kernels as k
+from .support import kernels as k
 
 
 class _Failure(Exception):

@@ -18,11 +18,11 @@ import pytest
 from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp import kernels as k
-from tests.warp.kernels import N_SPRING, STIFFNESS, spring_data
-from tests.warp.kinds import Kind, over_kinds
+from tests.warp.support import kernels as k
+from tests.warp.support.kernels import N_SPRING, STIFFNESS, spring_data
+from tests.warp.support.kinds import Kind, over_kinds
 
-from . import kernels_ad as K
+from .support import kernels_ad as K
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -7,7 +7,7 @@ construction or per call, is correct for elementwise kernels; for a ``JaxKernel`
 dim 0. Also: ``in_axes``/``out_axes``, unbatched (shared) inputs and in-out arguments, nested ``vmap`` and
 ``eqx.filter_vmap``.
 
-Tests run over both kinds (``tests/warp/kinds.py``). Values are checked against NumPy; default-vmap results are also
+Tests run over both kinds (``support/kinds.py``). Values are checked against NumPy; default-vmap results are also
 checked against a per-slice Python loop.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.warp.kernels import N_SPRING, STIFFNESS, spring_data, spring_expected, vecmat_data
-from tests.warp.kinds import KERNEL, Kind, over_kinds
+from tests.warp.support.kernels import N_SPRING, STIFFNESS, spring_data, spring_expected, vecmat_data
+from tests.warp.support.kinds import KERNEL, Kind, over_kinds
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

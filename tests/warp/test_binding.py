@@ -5,7 +5,7 @@ array's dtype, dims and inner (vector/matrix) dims, float64 NumPy arrays refused
 arrays accepted, the static forms of scalar arguments, and the checks on runtime (traced) scalars: a
 ``JaxKernel`` reads them at run time and checks their dtype, a ``JaxCallable`` refuses them naming the argument.
 
-Tests run over both kinds (``tests/warp/kinds.py``) with the spring kernel/function (distinctive argument names);
+Tests run over both kinds (``support/kinds.py``) with the spring kernel/function (distinctive argument names);
 values are checked against NumPy.
 """
 
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.warp.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
-from tests.warp.kinds import CALLABLE, KERNEL, Kind, over_kinds
+from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
+from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
 
 
 def spring(kind: Kind, **options):

@@ -14,7 +14,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry, _target
 
-from . import kernels as k
+from .support import kernels as k
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -101,7 +101,7 @@ def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.multi_device_script"],
+        [sys.executable, "-m", "tests.warp.support.multi_device_script"],
         env=env,
         cwd=root,
         capture_output=True,

@@ -18,7 +18,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable
-from tests.warp import kernels as k
+from tests.warp.support import kernels as k
 
 
 @pytest.mark.parametrize("obj", [42, "scale_func"], ids=["int", "str"])

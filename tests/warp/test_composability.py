@@ -11,7 +11,7 @@ import pytest
 
 from jarp.warp import Energy, energy, jax_kernel
 
-from . import kernels_energy as K
+from .support import kernels_energy as K
 
 pytestmark = pytest.mark.x64
 

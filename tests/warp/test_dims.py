@@ -5,7 +5,7 @@ missing one named), the forms of ``output_dims`` (int, tuple, dict by name in Wa
 or per call; a ``JaxCallable``'s default follows its first array input), pure outputs zero-filled before every
 launch, in-out arguments returned first, and empty arrays.
 
-Tests run over both kinds (``tests/warp/kinds.py``) where both have the feature; values are checked against NumPy.
+Tests run over both kinds (``support/kinds.py``) where both have the feature; values are checked against NumPy.
 """
 
 from functools import partial
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp import kernels as k
-from tests.warp.kernels import BIN_WEIGHTS, BINS, ERRORS, N_BINS, vecmat_data
-from tests.warp.kinds import Kind, over_kinds
+from tests.warp.support import kernels as k
+from tests.warp.support.kernels import BIN_WEIGHTS, BINS, ERRORS, N_BINS, vecmat_data
+from tests.warp.support.kinds import Kind, over_kinds
 
 # ======================================================================================================================
 # Launch dims (JaxKernel) and output dims: construction-time defaults, call-time overrides

@@ -1,6 +1,6 @@
 """More than one process: a jarp kernel under `shard_map` over a mesh that spans two `jax.distributed` processes.
 
-Two workers (`tests/warp/distributed_worker.py`) run on localhost with two CPU devices each and gloo CPU collectives;
+Two workers (`support/distributed_worker.py`) run on localhost with two CPU devices each and gloo CPU collectives;
 their global mesh has four devices. The test checks that the forward value and the gradient (including that of a
 replicated scalar, summed across the process boundary) equal a NumPy reference and a single-process jarp call, and
 that each process lowered, registered and ran its own plans.
@@ -23,8 +23,8 @@ import pytest
 from jarp.warp import jax_kernel
 from jarp.warp._ffi import _target
 
-from . import distributed_worker as worker
-from . import kernels as k
+from .support import distributed_worker as worker
+from .support import kernels as k
 
 pytestmark = pytest.mark.launch_paths
 

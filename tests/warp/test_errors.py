@@ -18,7 +18,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _errors, _executors
 
-from . import kernels as k
+from .support import kernels as k
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -26,7 +26,7 @@ from jax.experimental import serialize_executable
 
 from jarp.warp import jax_callable, jax_kernel
 
-from . import kernels as k
+from .support import kernels as k
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -75,7 +75,7 @@ from jarp.warp import jax_kernel
 from jarp.warp._ffi import _target
 from jarp.warp._ffi import _registry
 from jarp.warp._plan import _values
-from tests.warp import kernels as k
+from tests.warp.support import kernels as k
 
 m = jax_kernel(k.triple_kernel)
 x = jnp.arange(8, dtype=jnp.float32)
@@ -208,7 +208,7 @@ import pickle, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import serialize_executable
 from jarp.warp import jax_kernel
-from tests.warp import kernels as k
+from tests.warp.support import kernels as k
 
 # this process makes its own plans first: handle 0 here is a different kernel on different shapes
 x = jnp.arange(4, dtype=jnp.float32)

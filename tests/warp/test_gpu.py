@@ -30,9 +30,10 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
-from tests.warp import kernels as k
-from tests.warp import kernels64 as k64
-from tests.warp import kernels_ad, kernels_energy, kernels_hostile, kernels_struct, test_struct
+from tests.warp import test_struct
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels64 as k64
+from tests.warp.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")

@@ -3,14 +3,14 @@
 The module contract both kinds share is in ``test_module.py``; the units a ``JaxKernel`` call flows through have
 their own files (``test_binding.py``, ``test_dims.py``, ``test_batching.py``, ``test_autodiff.py``,
 ``test_generic.py``, ``test_transforms.py``); the analysis of which inputs a kernel writes is in ``test_analysis.py``
-and ``test_hostile.py``.
+and ``test_hostile_writes.py``.
 """
 
 import pytest
 import warp as wp
 
 from jarp.warp import jax_kernel
-from tests.warp import kernels as k
+from tests.warp.support import kernels as k
 
 
 @pytest.mark.parametrize(

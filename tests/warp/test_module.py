@@ -6,7 +6,7 @@ is an Equinox module with no leaves and only static fields; it is immutable, equ
 ``eqx.filter_jit``, compiles nothing new eagerly and registers no new FFI target. Construction errors name the
 option; the factories work as decorators; a module is a (leafless) field of a user model and survives serialisation.
 
-Tests are parametrised over the kinds (``tests/warp/kinds.py``), or over case tables whose ids start with the kind.
+Tests are parametrised over the kinds (``support/kinds.py``), or over case tables whose ids start with the kind.
 Values are checked against NumPy.
 """
 
@@ -23,9 +23,9 @@ import warp as wp
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
 from jarp.warp._base import AbstractWarpModule
-from tests.warp import kernels as k
-from tests.warp import kernels64 as k64
-from tests.warp.kernels import (
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels64 as k64
+from tests.warp.support.kernels import (
     BIN_WEIGHTS,
     BINS,
     ERRORS,
@@ -37,7 +37,7 @@ from tests.warp.kernels import (
     spring_expected,
     vecmat_data,
 )
-from tests.warp.kinds import Kind, over_kinds
+from tests.warp.support.kinds import Kind, over_kinds
 
 CLASSES = {"kernel": JaxKernel, "callable": JaxCallable}
 

@@ -35,7 +35,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
 
-from . import kernels as k
+from .support import kernels as k
 
 _P = ctypes.c_void_p
 CONTEXT = 0xC0C0_0000_0000  # the CUcontext of the fake device

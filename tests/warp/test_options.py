@@ -20,7 +20,7 @@ from jarp.warp import (
     jax_kernel,
 )
 
-from . import kernels as k
+from .support import kernels as k
 
 CASES = [
     pytest.param(JaxKernel, JaxKernelOptions, JaxKernelCallOptions, id="kernel"),

@@ -22,8 +22,8 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._base import value_callable
 
-from . import kernels as k
-from . import kernels64 as k64
+from .support import kernels as k
+from .support import kernels64 as k64
 
 X = jnp.arange(4.0, dtype=jnp.float32)
 

@@ -8,7 +8,7 @@ from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel
 
-from . import kernels_ad as K
+from .support import kernels_ad as K
 
 pytestmark = pytest.mark.x64
 

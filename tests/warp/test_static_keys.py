@@ -24,7 +24,7 @@ from jarp.warp import _eager, jax_callable, jax_kernel
 from jarp.warp._ffi import _registry
 from jarp.warp._plan import _values
 from jarp.warp._plan._static_keys import Static, canonical, static_key
-from tests.warp import kernels_static_keys as K
+from tests.warp.support import kernels_static_keys as K
 
 X = np.array([-1.0, 1.0, 2.0], np.float32)
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 5e-324, -5e-324, 1e-45, 1.4e-45, 1e-40, -1e-40]

@@ -9,7 +9,7 @@ serialisation), errors naming the parameter and field, ``jax_callable``, a gener
 ``arg_types_factory``, ``list_plans``, CUDA lowering, and a float64 tetrahedral FEM energy (Stable Neo-Hookean) against
 the same energy in ``jax.numpy`` and a hand-written gradient kernel.
 
-The Warp code lives in ``tests/warp/kernels_struct.py``.
+The Warp code lives in ``tests/warp/support/kernels_struct.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from jax.test_util import check_grads
 import jarp
 from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi._registry import registry
-from tests.warp import kernels_struct as ks
+from tests.warp.support import kernels_struct as ks
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -1,6 +1,6 @@
 """Float64: runs only in the ``JAX_ENABLE_X64=1`` process (see tests/conftest.py).
 
-Float64 kernels come from ``tests/warp/kernels64.py``; gradients are checked with ``jax.test_util.check_grads`` at
+Float64 kernels come from ``support/kernels64.py``; gradients are checked with ``jax.test_util.check_grads`` at
 float64 tolerances and against closed forms.
 """
 
@@ -15,9 +15,9 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import JaxKernel, jax_callable, jax_kernel
-from tests.warp import kernels as k
-from tests.warp import kernels64 as k64
-from tests.warp.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels64 as k64
+from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
 
 pytestmark = pytest.mark.x64
 

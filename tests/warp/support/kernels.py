@@ -302,8 +302,8 @@ def spring_func(
     wp.launch(spring_kernel, dim=positions.shape, inputs=[positions, weights, stiffness], outputs=[energies, forces])
 
 
-# Same-signature twins of kernels above, so that tests parametrised over the module kind (tests/warp/kinds.py) call
-# a JaxKernel and a JaxCallable the same way.
+# Same-signature twins of kernels above, so that tests parametrised over the module kind (kinds.py, next to this file)
+# call a JaxKernel and a JaxCallable the same way.
 
 
 def triple_func(input: wp.array(dtype=float), output: wp.array(dtype=float)):

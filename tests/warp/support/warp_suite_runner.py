@@ -17,7 +17,7 @@ through jarp too.
 
 Run by ``tests/warp/test_warp_suite.py``; by hand::
 
-    python -m tests.warp.warp_suite_runner            # prints one line per test
+    python -m tests.warp.support.warp_suite_runner            # prints one line per test
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ WARP_TEST_CASE = "TestJax"
 PATCH_ENV = "JARP_WARP_SUITE_PATCH"
 #: Environment variable naming the file every call of a replaced entry point appends a line to (in any process).
 CALL_LOG_ENV = "JARP_WARP_SUITE_CALL_LOG"
-_REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 #: The outcomes a test can have, as recorded by the child process (plus ``timeout`` and ``not_run``).
 OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpected_success", "timeout", "not_run")
@@ -55,7 +55,7 @@ import os
 if os.environ.get({env!r}):
     import sys
     sys.path.insert(0, {root!r})
-    from tests.warp.warp_suite_runner import install_jarp_entry_points
+    from tests.warp.support.warp_suite_runner import install_jarp_entry_points
     install_jarp_entry_points()
 """
 
@@ -351,7 +351,7 @@ def run_suite(names: Iterable[str] = (), timeout: float = 240.0) -> SuiteRun:
         output.touch()
         env = child_environment(tmp)
         env[CALL_LOG_ENV] = str(pathlib.Path(tmp) / "calls.log")
-        command = [sys.executable, "-m", "tests.warp.warp_suite_runner", "--child", str(output), *names]
+        command = [sys.executable, "-m", "tests.warp.support.warp_suite_runner", "--child", str(output), *names]
         # the child is not a process group leader of its own grandchildren's fate: kill the whole group on timeout
         proc = subprocess.Popen(
             command,
@@ -413,6 +413,6 @@ def _main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     # run as the importable module, so that the sitecustomize's patches and the child share one module state
-    from tests.warp import warp_suite_runner
+    from tests.warp.support import warp_suite_runner
 
     warp_suite_runner._main(sys.argv[1:])
