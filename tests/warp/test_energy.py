@@ -313,3 +313,46 @@ def test_forward_mode_over_grad_in_a_parameter_says_what_jarp_supports():
     # Reverse mode in the same parameter and forward mode in x keep working.
     jax.jacrev(lambda k: E.grad(x, edges, k, rest))(k)
     jax.jvp(lambda x: E.grad(x, edges, k, rest), (x,), (jnp.ones_like(x),))
+
+
+@pytest.mark.parametrize("direction", ["v", 1, -4])
+def test_direction_in_second_place(direction):
+    # hess_prod(u, v, edges, k, rest): the direction right after x, named or placed once for hess_prod.
+    _, x, params = _problem()
+    m, n = params[0].shape[0], x.shape[0]
+    E = energy(
+        jax_kernel(K.spring_energy, launch_dims=m, output_dims=1, enable_backward=True),
+        jax_kernel(K.spring_grad, launch_dims=m, output_dims=n, enable_backward=True),
+        jax_kernel(K.spring_hess_prod_v_second, launch_dims=m, output_dims=n),
+        direction=direction,
+    )
+    v = jnp.asarray(np.random.default_rng(4).normal(size=x.shape))
+    hv_ref = jnp.einsum("iajb,jb->ia", jax.hessian(_ref)(x, *params), v)
+    np.testing.assert_allclose(E.hess_prod(x, *params, v=v), hv_ref, atol=1e-12)
+    np.testing.assert_allclose(jax.jvp(lambda x: E.grad(x, *params), (x,), (v,))[1], hv_ref, atol=1e-12)
+    np.testing.assert_allclose(E.hess_quad(x, *params, v=v), jnp.vdot(v, hv_ref), rtol=1e-12)
+
+
+def test_signatures_are_checked_against_each_other_at_construction():
+    _, x, params = _problem()
+    m, n = params[0].shape[0], x.shape[0]
+    fun = jax_kernel(K.spring_energy, launch_dims=m, output_dims=1)
+    grad = jax_kernel(K.spring_grad, launch_dims=m, output_dims=n)
+    second = jax_kernel(K.spring_hess_prod_v_second, launch_dims=m, output_dims=n)
+    last = jax_kernel(K.spring_hess_prod, launch_dims=m, output_dims=n)
+    # The default (direction last) takes `rest` for v, so `v` lines up with fun's `edges`: refused at construction.
+    with pytest.raises(TypeError, match=r"hess_prod's input 'v' is a 1-d wp.array of vec3d, but fun's input 'edges'"):
+        energy(fun, grad, second)
+    with pytest.raises(ValueError, match=r"direction='w' is not a parameter of hess_prod \(its inputs are x, v, edges"):
+        energy(fun, grad, second, direction="w")
+    with pytest.raises(TypeError, match=r"hess_diag takes 5 inputs .* fun takes 4"):
+        energy(fun, grad, last, hess_diag=last)
+    with pytest.raises(ValueError, match="direction=0 is the point x's position"):
+        energy(fun, grad, last, direction=0)
+    with pytest.raises(TypeError, match="direction must be a parameter name or a position"):
+        energy(fun, grad, last, direction=1.5)
+    # Plain functions are checked by their signatures' lengths.
+    with pytest.raises(TypeError, match=r"hess_prod takes 3 inputs \(x, edges, v\), fun takes 4"):
+        energy(fun, grad, lambda x, edges, v: v)
+    assert energy(fun, grad, last).direction == -1
+    assert energy(fun, grad, second, direction="v").direction == 1

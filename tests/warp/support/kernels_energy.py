@@ -63,6 +63,24 @@ def spring_hess_prod(
 
 
 @wp.kernel
+def spring_hess_prod_v_second(
+    x: wp.array(dtype=wp.vec3d),
+    v: wp.array(dtype=wp.vec3d),
+    edges: wp.array(dtype=wp.vec2i),
+    k: wp.array(dtype=wp.float64),
+    rest: wp.array(dtype=wp.float64),
+    hv: wp.array(dtype=wp.vec3d),
+):
+    """`spring_hess_prod` with the direction second, as FEM libraries write it (``(u, v, region, materials)``)."""
+    e = wp.tid()
+    i = edges[e][0]
+    j = edges[e][1]
+    w = spring_block(x[i] - x[j], k[e], rest[e]) * (v[i] - v[j])
+    wp.atomic_add(hv, i, w)
+    wp.atomic_sub(hv, j, w)
+
+
+@wp.kernel
 def spring_hess_diag(
     x: wp.array(dtype=wp.vec3d),
     edges: wp.array(dtype=wp.vec2i),
