@@ -1,4 +1,5 @@
-"""Static analysis of kernel source: which outputs does every launch thread overwrite?
+"""Static analysis of kernel source: which outputs every launch thread overwrites, which arrays it writes, and
+which arrays it indexes with its thread index.
 
 jarp zero-fills pure outputs before a launch so that accumulating kernels are
 correct. For the common elementwise kernel (``out[i] = ...`` with ``i = wp.tid()``)
@@ -237,3 +238,54 @@ def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...
             if fname.startswith("atomic_") or fname in _WRITING_CALLS:
                 mark(node.args[0])
     return tuple(written)
+
+
+@functools.lru_cache(maxsize=1024)
+def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
+    """The arrays the kernel indexes with its thread index, unguarded: ``(path, array dim, tid component)``.
+
+    ``path`` is a parameter in ``roots`` (``"x"``) or a struct parameter's array field (``"mesh.cells"``). An
+    access ``a[i]`` or ``a[i, j]`` with ``i, j = wp.tid()`` counts when nothing can keep a thread from reaching
+    it: the body has no ``return`` and no condition (``if``, ``while``, a conditional expression, ``assert``)
+    reads a thread index, and the thread indices are assigned once, at the top of the body. Every thread then
+    accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along that dim.
+
+    Returns:
+        The accesses, in order of appearance, without repeats; none for a kernel it cannot read or prove.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return ()
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
+        return ()
+    tid_names = next((t for t in map(_tid_assignment, fn.body) if t is not None), None)
+    if tid_names is None:
+        return ()
+    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)]
+    if len(stores) != len(tid_names):
+        return ()  # a thread index reassigned (or a loop variable of the same name): not provable
+    for node in ast.walk(fn):
+        tests = []
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            tests.append(node.test)
+        elif isinstance(node, ast.comprehension):
+            tests.extend(node.ifs)
+        if any(isinstance(n, ast.Name) and n.id in tid_names for t in tests for n in ast.walk(t)):
+            return ()  # a thread may be kept from its access (``if i < n``)
+    found: list[tuple[str, int, int]] = []
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Subscript):
+            continue
+        base = node.value
+        path = (base.id,) if isinstance(base, ast.Name) else _attribute_path(base)
+        if path is None or path[0] not in roots:
+            continue
+        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for dim, entry in enumerate(index):
+            if isinstance(entry, ast.Name) and entry.id in tid_names:
+                access = (".".join(path), dim, tid_names.index(entry.id))
+                if access not in found:
+                    found.append(access)
+    return tuple(found)

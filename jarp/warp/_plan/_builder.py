@@ -71,6 +71,12 @@ def build_plan(
             op_index += 1
     operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands)
     _launch_checks.check_array_extents(params, operand_buffers, results, name)
+    zero_results = _zero_filled(runs, target, sig, results, launch_dims, name)
+    if runs is Runs.KERNEL:
+        accesses = _analysis.tid_indexed(
+            _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
+        )
+        _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
     return Plan(
         runs=runs,
         adjoint=False,
@@ -79,7 +85,7 @@ def build_plan(
         launch_dims=launch_dims,
         operands=operand_buffers,
         results=tuple(results),
-        zero_results=_zero_filled(runs, target, sig, results, launch_dims, name),
+        zero_results=zero_results,
         aliases=tuple(aliases),
         scalar_operands=bound.scalar_operands,
         has_side_effect=has_side_effect,

@@ -149,3 +149,49 @@ def check_array_extents(
                 f"{what}: argument {spec.name!r} has dims {dims}, but Warp arrays have 32-bit dims (at most "
                 f"2**31 - 1 = {MAX_EXTENT}); split it into several arrays or launches."
             )
+
+
+def check_tid_indexed(
+    accesses: Sequence[tuple[str, int, int]],
+    params: Sequence[Param],
+    operands: Sequence[Buffer],
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+    what: str,
+) -> None:
+    """Refuse a launch longer than an array the kernel indexes at every thread's own index.
+
+    Args:
+        accesses: ``(path, array dim, tid component)`` from `_analysis.tid_indexed`.
+        params: the plan's parameters; operands, results: its buffers.
+        launch_dims: the launch dims.
+        what: the module's name, for the message.
+
+    Raises:
+        ValueError: naming the array (or struct field), its extent, the launch and the fix.
+    """
+    if not accesses or math.prod(launch_dims) == 0:  # an empty launch runs no thread
+        return
+    shapes: dict[str, tuple[int, ...]] = {}
+    for p in params:
+        b = p.primal
+        if p.spec.is_struct:
+            for leaf, i in zip(p.spec.struct.array_specs, b.fields, strict=True):
+                shapes[leaf.name] = operands[i].shape[: leaf.warp_ndim]
+        elif p.spec.is_array and b.source in ("operand", "result"):
+            buf = operands[b.index] if b.source == "operand" else results[b.index]
+            shapes[p.spec.name] = buf.shape[: p.spec.warp_ndim]
+    for path, dim, component in accesses:
+        shape = shapes.get(path)
+        if shape is None or dim >= len(shape) or component >= len(launch_dims):
+            continue
+        if shape[dim] < launch_dims[component]:
+            threads = launch_dims[component]
+            raise ValueError(
+                f"{what}: the kernel indexes {path} with wp.tid() on every thread (dim {dim} of {path} by thread "
+                f"index {component}), but {path} has {shape[dim]} elements there and the launch runs {threads} "
+                f"threads (launch dims {launch_dims}); the threads past {shape[dim] - 1} would read or write out of "
+                "bounds. Without launch_dims jarp launches over the first array argument's shape, as Warp does: "
+                f"pass launch_dims= the extent of what the kernel iterates over (here {path}'s, {shape[dim]}), or "
+                f"give {path} at least {threads} elements."
+            )
