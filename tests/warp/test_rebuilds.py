@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import jax_callable, jax_kernel
+from jarp.warp import _base, jax_callable, jax_kernel
 from jarp.warp._base import value_callable
 
 from .support import kernels as k
@@ -94,7 +94,11 @@ def test_closures_with_other_captured_values_differ() -> None:
     assert [t.dtype for t in f(wp.float32, wp.float64)] == [wp.float32, wp.float64, wp.float32]  # calls through
 
 
-def test_unhashable_closure_warns_once_on_rebuild_and_says_the_fix() -> None:
+def test_unhashable_closure_warns_once_on_rebuild_and_says_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The warning is once per process and option: start from a process that has not warned yet.
+    monkeypatch.setattr(_base, "_warned", set())
+    monkeypatch.setattr(_base, "_nested_seen", {})
+
     def build() -> Any:
         captured = [k64.generic_add_arg_types_list]  # a list: not comparable by value
 
