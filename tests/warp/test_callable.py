@@ -3,7 +3,7 @@
 The target must be a callable whose parameters are all annotated; a callable has no ``launch_dims`` (the function
 launches its kernels itself); the graph-mode, side-effect, staging and preload options are accepted on the CPU, and
 ``protect_inputs`` can be turned off for functions that do not write their inputs. The module contract both kinds
-share is in ``test_module.py``; the units a call flows through have their own files (``test_binding.py``,
+share is in ``test_base.py``; the units a call flows through have their own files (``test_binding.py``,
 ``test_dims.py``, ``test_batching.py``, ``test_autodiff.py``, ``test_generic.py``, ``test_transforms.py``).
 """
 

@@ -1,6 +1,6 @@
 """What only a ``jarp.warp.JaxKernel`` has: its target must be a Warp kernel.
 
-The module contract both kinds share is in ``test_module.py``; the units a ``JaxKernel`` call flows through have
+The module contract both kinds share is in ``test_base.py``; the units a ``JaxKernel`` call flows through have
 their own files (``test_binding.py``, ``test_dims.py``, ``test_batching.py``, ``test_autodiff.py``,
 ``test_generic.py``, ``test_transforms.py``); the analysis of which inputs a kernel writes is in ``test_analysis.py``
 and ``test_hostile_writes.py``.
