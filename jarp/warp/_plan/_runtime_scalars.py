@@ -1,4 +1,4 @@
-"""Runtime (traced, differentiable) scalar parameters through a rewritten kernel variant.
+"""Runtime (traced, differentiable) scalar parameters and struct value fields through a rewritten kernel variant.
 
 Warp bakes scalar kernel parameters into the launch, so JAX must know them at
 trace time. To let a stiffness or time step be a JAX array (a learnable model
@@ -8,6 +8,9 @@ parameter ``s`` becomes a one-element array ``s__jarp_rt`` read once at entry::
     def k(a: wp.array(dtype=float), s__jarp_rt: wp.array(dtype=float), out: ...):
         s = s__jarp_rt[0]
         ...
+
+A struct value field given a JAX value (``mat.E``) gets a one-element array parameter of its own right after
+its struct (``mat__E__jarp_rt``), and each read of ``mat.E`` in the kernel body reads its element instead.
 
 Warp generates the variant's adjoint like any other kernel, so the gradient with
 respect to the scalar is the sum of every thread's contribution. Variants live in
@@ -20,6 +23,7 @@ import ast
 import inspect
 import textwrap
 import types
+from typing import Any
 
 import warp as wp
 
@@ -29,17 +33,107 @@ from ._weakcache import weak_cache
 SUFFIX = "__jarp_rt"
 
 
+def field_param(path: str) -> str:
+    """The variant's parameter name for the runtime value of struct field ``path`` (``"mat.E"``)."""
+    return path.replace(".", "__") + SUFFIX
+
+
+class _FieldReads(ast.NodeTransformer):
+    """Replace each read of a runtime struct field (``mat.E``) by its variant parameter's element (``mat__E__jarp_rt[0]``)."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = {tuple(f.split(".")): f for f in fields}
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        path = _path(node)
+        field = self.fields.get(path) if path is not None else None
+        if field is None:
+            return self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            raise _Unsupported(f"the kernel assigns to {field}")
+        return ast.copy_location(
+            ast.Subscript(value=ast.Name(id=field_param(field), ctx=ast.Load()), slice=ast.Constant(0), ctx=ast.Load()),
+            node,
+        )
+
+
+class _Unsupported(Exception):
+    """A kernel jarp cannot give a runtime struct field value (the message says where)."""
+
+
+def _path(node: ast.expr) -> tuple[str, ...] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
+
+
+def _check_whole_uses(fn: ast.FunctionDef, fields: tuple[str, ...]) -> None:
+    """Refuse a kernel that uses a struct holding a runtime field other than through field reads.
+
+    A struct passed whole (to a ``@wp.func``, or aliased) carries the field's placeholder value, which the
+    rewrite of the kernel body cannot reach.
+    """
+    roots = {f.split(".")[0] for f in fields}
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(fn):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    for node in ast.walk(fn):
+        # A Name node of the struct anywhere but as the base of an attribute access (``mat.E``) uses it whole.
+        if isinstance(node, ast.Name) and node.id in roots and not isinstance(parents.get(node), ast.Attribute):
+            raise _Unsupported(f"the kernel uses the struct {node.id!r} whole (not only its fields)")
+        # Likewise a nested struct on the way to a runtime field (``mat.inner`` for ``mat.inner.E``).
+        path = _path(node) if isinstance(node, ast.Attribute) else None
+        if (
+            path is not None
+            and any(f.startswith(".".join(path) + ".") for f in fields)
+            and not isinstance(parents.get(node), ast.Attribute)
+        ):
+            raise _Unsupported(f"the kernel uses the struct {'.'.join(path)!r} whole (not only its fields)")
+
+
 @weak_cache(lock=_warp_internals.warp_lock)
 def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
-    """The variant of ``kernel`` (a concrete overload) whose scalar parameters ``names`` are one-element arrays."""
-    params = dict(_warp_internals.kernel_params(kernel))
+    """The variant of ``kernel`` (a concrete overload) reading runtime values from one-element arrays.
+
+    ``names`` holds scalar parameters (``"dt"``: the parameter becomes ``dt__jarp_rt``, read at entry) and
+    struct value fields (``"mat.E"``: a parameter ``mat__E__jarp_rt`` follows the struct parameter, and every
+    read of ``mat.E`` in the kernel body reads its element instead).
+
+    Raises:
+        TypeError: if a struct field cannot be given a runtime value in this kernel (naming the field and the
+            alternatives).
+    """
+    scalars = tuple(n for n in names if "." not in n)
+    fields = tuple(n for n in names if "." in n)
+    params = _warp_internals.kernel_params(kernel)
     tree = ast.parse(textwrap.dedent(_warp_internals.kernel_source(kernel)))
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     fn.decorator_list = []
+    if fields:
+        try:
+            _check_whole_uses(fn, fields)
+            fn.body = [_FieldReads(fields).visit(stmt) for stmt in fn.body]
+        except _Unsupported as e:
+            raise TypeError(
+                f"jax_kernel({kernel.key}): struct field(s) {list(fields)} got JAX values (traced or differentiated), "
+                f"but {e}, where jarp cannot substitute a runtime value. Pass the field as a Python number (static), "
+                "or make it a separate scalar parameter of the kernel (scalar parameters take JAX values)."
+            ) from None
     for arg in fn.args.args:
-        if arg.arg in names:
+        if arg.arg in scalars:
             arg.arg += SUFFIX
             arg.annotation = None  # annotations come from the function object below
+    field_types = {f: _field_type(params, f) for f in fields}
+    new_args = []
+    for arg in fn.args.args:
+        new_args.append(arg)
+        for f in fields:
+            if f.split(".")[0] == arg.arg:
+                new_args.append(ast.arg(arg=field_param(f)))
+    fn.args.args = new_args
     body = fn.body
     start = (
         1 if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) else 0
@@ -52,23 +146,42 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
             ),
             lineno=0,
         )
-        for name in names
+        for name in scalars
     ]
     fn.body = body[:start] + reads + body[start:]
     source = ast.unparse(ast.fix_missing_locations(tree))
 
     annotations = {}
     sig_params = []
-    for name, warp_type in params.items():
-        new_name, new_type = (name + SUFFIX, wp.array(dtype=warp_type)) if name in names else (name, warp_type)
-        annotations[new_name] = new_type
-        sig_params.append(inspect.Parameter(new_name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=new_type))
+
+    def add(name: str, warp_type: Any) -> None:
+        annotations[name] = warp_type
+        sig_params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=warp_type))
+
+    for name, warp_type in params:
+        if name in scalars:
+            add(name + SUFFIX, wp.array(dtype=warp_type))
+        else:
+            add(name, warp_type)
+        for f in fields:
+            if f.split(".")[0] == name:
+                add(field_param(f), wp.array(dtype=field_types[f]))
     base = kernel.func
     func = types.FunctionType(base.__code__, base.__globals__, base.__name__, base.__defaults__, base.__closure__)
     func.__qualname__ = base.__qualname__
     func.__module__ = base.__module__
     func.__signature__ = inspect.Signature(sig_params)  # type: ignore[attr-defined]
     func.__annotations__ = annotations
-    key = f"{kernel.key}{SUFFIX}_{'_'.join(names)}"
-    module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{SUFFIX}_{'_'.join(names)}"
+    tag = "_".join(n.replace(".", "__") for n in names)
+    key = f"{kernel.key}{SUFFIX}_{tag}"
+    module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{SUFFIX}_{tag}"
     return _warp_internals.make_kernel(func, source, key, module_name)
+
+
+def _field_type(params: Any, path: str) -> Any:
+    """The Warp type of struct value field ``path`` (``"mat.E"``, ``"mat.inner.E"``) of the kernel's parameters."""
+    root, *rest = path.split(".")
+    warp_type = dict(params)[root]
+    for name in rest:
+        warp_type = dict(_warp_internals.struct_fields(warp_type))[name]
+    return warp_type
