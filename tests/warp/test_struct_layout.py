@@ -698,8 +698,18 @@ def test_flatten_refuses_a_traced_value_field() -> None:
         flatten_struct_value(layout, _with(("k",), k))
         return k
 
-    with pytest.raises(TypeError, match=r"'s\.k' .* got a traced value .*static_argnames"):
+    with pytest.raises(TypeError, match=r"'s\.k' .* got a traced value .*pass a Python number"):
         f(jnp.float32(1.0))
+
+
+def test_flatten_takes_runtime_values_when_asked() -> None:
+    layout = struct_layout(Body32, "s")
+    flat = flatten_struct_value(layout, _with(("k",), jnp.float32(2.5)), runtime=True)
+    ((leaf, operand),) = flat.runtime
+    assert leaf.name == "s.k"
+    assert operand.shape == (1,)
+    np.testing.assert_array_equal(operand, [2.5])
+    assert flat.statics == flatten_struct_value(layout, _with(("k",), 0.0)).statics  # a zero placeholder
 
 
 def test_flatten_accepts_traced_arrays() -> None:

@@ -378,11 +378,11 @@ def _error_cases() -> dict[str, tuple[Any, Any, type[Exception], str]]:
         "wrong-dtype": (_scale, ({"k": 1.0, "w": w.astype(np.float64)}, x), TypeError, r"'m\.w' has dtype float64"),
         "int-array-for-float-field": (_scale, ({"k": 1.0, "w": np.arange(7)}, x), TypeError, r"'m\.w' has dtype"),
         "wrong-dims": (_scale, ({"k": 1.0, "w": w.reshape(1, 7)}, x), TypeError, r"'m\.w' must have 1 dims"),
-        "jax-array-for-value-field": (
+        "jax-int-array-for-float-value-field": (
             _scale,
-            ({"k": jnp.float32(1.0), "w": w}, x),
+            ({"k": jnp.int32(1), "w": w}, x),
             TypeError,
-            r"'m\.k'.*Python number",
+            r"'m\.k' is a value float32 field and got a int32 array",
         ),
         "array-for-the-struct": (_scale, (w, x), TypeError, r"'m' is a struct Mat"),
         "nested-missing": (
@@ -424,10 +424,13 @@ def test_missing_attribute_of_an_object() -> None:
         _scale(OnlyW(w=w), x)
 
 
-def test_traced_value_field_is_refused_under_jit() -> None:
+def test_traced_value_field_is_read_at_run_time_under_jit() -> None:
+    # A value field given a JAX value is a runtime value, as a top-level scalar parameter is
+    # (tests/warp/test_struct_runtime.py has the rest: gradients, vmap, nested and vector fields).
     w, x = _wx()
-    with pytest.raises(TypeError, match=r"'m\.k'.*static_argnames"):
-        jax.jit(lambda k: _scale({"k": k, "w": w}, x))(1.0)
+    f = jax.jit(lambda k: _scale({"k": k, "w": w}, x)[0])
+    for k in (1.0, -2.5):
+        np.testing.assert_allclose(f(jnp.float32(k)), _scale_ref(k, w, x), rtol=1e-6)
 
 
 def test_struct_output_parameter_is_refused_at_construction() -> None:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
+from . import _dtypes
 from ._arg_spec import ArgSpec
 from ._struct_layout import StructLeaf, is_warp_scalar
 
@@ -75,6 +76,30 @@ def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -
     return check_array_value(spec, value, what, "struct field")
 
 
+def runtime_value(leaf: StructLeaf, value: jax.Array, what: str) -> jax.Array:
+    """Check a JAX value given for a struct value field; return it as the one-element operand a kernel reads.
+
+    Returns:
+        ``value`` reshaped to ``(1, *leaf.value_shape)``: a one-element ``wp.array`` of the field's type.
+
+    Raises:
+        TypeError: naming the field, for a dtype other than the field's or a shape other than its value's.
+    """
+    expected = _dtypes.to_numpy(_dtypes.scalar_of(leaf.warp_type))
+    shape = tuple(leaf.value_shape)
+    if np.dtype(value.dtype) != expected:
+        raise TypeError(
+            f"{what}: struct field {leaf.name!r} is a {leaf.describe()} field and got a {np.dtype(value.dtype)} "
+            f"array; cast it with .astype(jnp.{expected.name}), or pass a Python number (static)."
+        )
+    if tuple(value.shape) not in (shape, (1, *shape)):
+        raise TypeError(
+            f"{what}: struct field {leaf.name!r} is a {leaf.describe()} field, whose value has shape {shape}, and got "
+            f"an array of shape {tuple(value.shape)}."
+        )
+    return jnp.reshape(value, (1, *shape))
+
+
 def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     """Check a value field's Python value and normalise it to a hashable Python number or nested tuple.
 
@@ -93,10 +118,11 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     name = leaf.name
     shape = leaf.value_shape
     if isinstance(value, jax.Array):
-        hint = " (mark it static with jax.jit(..., static_argnames=...))" if isinstance(value, jax.core.Tracer) else ""
         raise TypeError(
-            f"{what}: struct field {name!r} is a {leaf.describe()} field, which Warp bakes into the launch, and got "
-            f"{kind_of(value)}; pass a Python number{' or tuple' if shape else ''} instead{hint}."
+            f"{what}: struct field {name!r} is a {leaf.describe()} field and got {kind_of(value)}; here its value is "
+            f"baked into the launch, so pass a Python number{' or tuple' if shape else ''}. (jax_kernel's struct value "
+            "fields take JAX values, traced and differentiable; a jax_callable's function gets a Warp struct "
+            "instance of Python values.)"
         )
     if isinstance(value, ctypes.Array) and hasattr(type(value), "_wp_scalar_type_"):
         value = _composite_to_nested(value)

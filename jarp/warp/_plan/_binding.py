@@ -21,10 +21,10 @@ import warp as wp
 
 from .._upstream import _warp_internals
 from . import _dtypes
-from ._arg_checks import check_array_value, check_struct_array, kind_of, normalize_value
+from ._arg_checks import check_array_value, check_struct_array, kind_of, normalize_value, runtime_value
 from ._arg_spec import ArgSpec
 from ._signature import Signature
-from ._struct_layout import StructLayout
+from ._struct_layout import StructLayout, StructLeaf
 
 
 def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -84,7 +84,8 @@ class BoundCall:
             of a runtime scalar, or the struct field (named ``s.field``).
         statics: the static values by parameter name: a number for a scalar, the tuple of its
             value fields (in layout order) for a struct.
-        runtime_scalars: the names of scalar parameters given JAX values (runtime scalars).
+        runtime_scalars: the names of scalar parameters given JAX values (runtime scalars), and the
+            paths of struct value fields given JAX values (``"mat.k"``), in operand order.
     """
 
     sig: Signature
@@ -126,10 +127,14 @@ def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_sc
             operands.append(_check_array(spec, value, what))
             specs.append(spec)
         elif spec.is_struct:
-            flat = flatten_struct_value(spec.struct, value, what)
+            flat = flatten_struct_value(spec.struct, value, what, runtime=runtime_scalars)
             operands.extend(flat.arrays)
             specs.extend(spec.struct.array_specs)
             statics[spec.name] = flat.statics
+            for leaf, operand in flat.runtime:  # the kernel variant takes them right after the struct
+                operands.append(operand)
+                specs.append(ArgSpec(leaf.name, False, leaf.warp_type, 0, ()))
+                runtime.append(leaf.name)
         elif runtime_scalars and isinstance(value, jax.Array):
             operands.append(_runtime_scalar(spec, value, what))
             specs.append(spec)
@@ -206,14 +211,18 @@ class FlatStruct(NamedTuple):
     Attributes:
         arrays: one JAX array per array leaf, in layout order (with the element's trailing dims).
         statics: one normalised value per value leaf, in layout order: a Python ``float``/``int``/``bool``
-            for a scalar, a tuple for a vector, a tuple of row tuples for a matrix (hashable).
+            for a scalar, a tuple for a vector, a tuple of row tuples for a matrix (hashable); a zero for a
+            field given a runtime value.
+        runtime: with ``runtime=True``, each value field given a JAX value, with its one-element operand
+            (``(1, *value_shape)``), in layout order.
     """
 
     arrays: tuple[jax.Array, ...]
     statics: tuple[Any, ...]
+    runtime: tuple[tuple[StructLeaf, jax.Array], ...] = ()
 
 
-def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp") -> FlatStruct:
+def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp", runtime: bool = False) -> FlatStruct:
     """Check a JAX-side struct argument against its layout and split it into array and value leaves.
 
     A struct is given as a ``dict`` keyed by field name, or any object carrying the
@@ -222,16 +231,17 @@ def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp") -
     take JAX or NumPy arrays (JAX layout: the element's vector/matrix dims trailing)
     or ``wp.array`` (converted with ``wp.to_jax``, which shares memory where DLPack
     allows). Value fields take Python numbers, NumPy scalars or (nested) sequences
-    for vectors and matrices; a JAX array is refused, as the value is baked into
-    the launch at trace time.
+    for vectors and matrices, baked into the launch; with ``runtime``, also JAX
+    arrays (traced or not), which the kernel then reads at run time.
 
     Args:
         layout: the parameter's `struct_layout`.
         value: the argument.
         what: the caller, prefixed to error messages (e.g. ``"Kernel(energy)"``).
+        runtime: whether value fields may take JAX values (kernels read them from one-element arrays).
 
     Returns:
-        The `FlatStruct` of array leaves (as JAX arrays) and normalised value leaves.
+        The `FlatStruct` of array leaves (as JAX arrays), normalised value leaves and runtime values.
 
     Raises:
         TypeError / ValueError: naming the leaf (``mesh.verts``) and what to pass instead:
@@ -251,9 +261,10 @@ def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp") -
     """
     arrays: list[jax.Array] = []
     statics: list[Any] = []
+    runtimes: list[tuple[StructLeaf, jax.Array]] | None = [] if runtime else None
     leaves = iter(layout.leaves)
-    _flatten(layout.struct_type, (layout.param,), value, leaves, arrays, statics, what)
-    return FlatStruct(tuple(arrays), tuple(statics))
+    _flatten(layout.struct_type, (layout.param,), value, leaves, arrays, statics, what, runtimes)
+    return FlatStruct(tuple(arrays), tuple(statics), tuple(runtimes or ()))
 
 
 def _flatten(
@@ -264,6 +275,7 @@ def _flatten(
     arrays: list[jax.Array],
     statics: list[Any],
     what: str,
+    runtimes: list[tuple[StructLeaf, jax.Array]] | None = None,
 ) -> None:
     name = ".".join(path)
     fields = _warp_internals.struct_fields(struct_type)
@@ -301,11 +313,16 @@ def _flatten(
                 f"{type(value).__name__} given); a {key} needs {', '.join(names)}."
             ) from None
         if _warp_internals.is_struct_type(warp_type):
-            _flatten(warp_type, fpath, item, leaves, arrays, statics, what)
+            _flatten(warp_type, fpath, item, leaves, arrays, statics, what, runtimes)
             continue
         leaf = next(leaves)
         assert leaf.path == fpath, (leaf.path, fpath)
         if leaf.spec is not None:
             arrays.append(check_struct_array(leaf, leaf.spec, item, what))
+        elif runtimes is not None and isinstance(item, jax.Array):
+            runtimes.append((leaf, runtime_value(leaf, item, what)))
+            statics.append(
+                normalize_value(leaf, np.zeros(leaf.value_shape), what)
+            )  # a placeholder the kernel never reads
         else:
             statics.append(normalize_value(leaf, item, what))
