@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi import _executors, _native, _registry, _target
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
 
@@ -83,6 +83,37 @@ def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     np.testing.assert_array_equal(z, np.arange(4.0) * 2)
     del y, z
     assert _alive(refs) == 0
+
+
+@pytest.mark.parametrize("runs", ["kernel", "callable"])
+def test_kernels_differentiated_under_jit_grad_are_released(runs: str) -> None:
+    # Nothing on the reverse-mode path may hold a plan past its executables: a kernel alive when Warp
+    # next builds its module is kept by that build (Warp hashes every live kernel of the module) until
+    # the module changes again, so one strong cache of plans keeps every kernel differentiated since.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    refs = []
+    for i in range(1, 7):
+        kernel = _make_kernel(i)
+        refs.append(weakref.ref(kernel))
+        if runs == "kernel":
+            m = jax_kernel(kernel, enable_backward=True)
+        else:
+            m = jax_callable(_launcher(kernel), enable_backward=True)
+        g = jax.jit(jax.grad(lambda x, m=m: jnp.sum(m(x)[0] * x)))(x)
+        np.testing.assert_array_equal(g, 2 * np.arange(4.0) * i)
+        del kernel, m, g
+        _alive_settled(refs, at_most=1)  # this call's executable is gone before the next kernel is built
+    jax.clear_caches()
+    list_plans()
+    # as with Warp alone: its module keeps the latest kernel of the key
+    assert _alive(refs) <= 1
+
+
+def _launcher(kernel: Any) -> Callable[..., None]:
+    def launch(a: wp.array(dtype=float), out: wp.array(dtype=float)) -> None:
+        wp.launch(kernel, dim=a.shape, inputs=[a], outputs=[out])
+
+    return launch
 
 
 def _runtime_scalar_kernel(i: int) -> Any:
