@@ -9,6 +9,7 @@ native launch descriptors dropped with their plans. Measured with weak reference
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import tracemalloc
 import weakref
@@ -24,6 +25,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi import _executors, _native, _registry, _target
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
+from jarp.warp._upstream import _warp_internals
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -259,6 +261,71 @@ def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
     del kernel
     jax_kernel(_make_kernel(7))(x)
     assert _alive([module_exec]) == 0
+
+
+def test_dropped_code_is_unloaded_under_warps_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Warp unloads a module's code when its ModuleExec is collected. Where jarp holds the last reference,
+    # that must not happen wherever the kernel is collected (any thread, during another thread's Warp build),
+    # only under Warp's lock, at a safe point.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(5)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
+    (handle,) = [int(h) for h in _handles(compiled.as_text())]
+    module_exec = _executors.cpu_executors[handle].entry.module_exec
+    ref, exec_id, exec_type = weakref.ref(module_exec), id(module_exec), type(module_exec)
+    del compiled, module_exec
+    jax.clear_caches()
+    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module: jarp's retained entry holds the old code alone
+    unloads: list[bool] = []
+    unload = exec_type.__del__
+
+    def recording_unload(self: Any) -> None:
+        if id(self) == exec_id:
+            unloads.append(_warp_internals.warp_lock_held())
+        unload(self)
+
+    monkeypatch.setattr(exec_type, "__del__", recording_unload)
+    del kernel
+    later = _make_kernel(7)  # a new kernel of the key: Warp's module lets go of the old one, which is collected
+    gc.collect()
+    assert unloads == []  # not here, on this thread, without the lock
+    assert _alive([ref]) == 1
+    jax.clear_caches()  # a safe point
+    assert unloads == [True]
+    assert _alive([ref]) == 0
+    (y,) = jax_kernel(later)(x)
+    np.testing.assert_array_equal(y, np.arange(4.0) * 7)
+
+
+def test_code_dropped_during_another_threads_build_waits_for_the_lock() -> None:
+    seen: list[bool] = []
+
+    class StandIn:  # for a ModuleExec: records whether Warp's lock is held when it goes
+        def __del__(self) -> None:
+            seen.append(_warp_internals.warp_lock_held())
+
+    entry = object.__new__(_warp_internals.EntryPoints)
+    entry.module_exec = StandIn()
+    building, done = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with _warp_internals.warp_lock():
+            building.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        assert building.wait(10)
+        del entry  # collected here while the other thread builds
+        jax.clear_caches()  # a safe point; it does not wait for the lock (that could deadlock): nothing goes yet
+        assert seen == []
+    finally:
+        done.set()
+        thread.join()
+    jax.clear_caches()
+    assert seen == [True]
 
 
 def _lower(module: Any, x: jax.Array) -> Any:
