@@ -151,6 +151,58 @@ def test_unclaimed_exceptions_are_bounded_and_claimed_ones_released() -> None:
     assert caught[0]() is None  # the eager path took it out of the table
 
 
+def _check_view(view: wp.array) -> None:
+    raise LookupError(f"no element {view.shape[0]}")
+
+
+def holding_step(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    arrays = [a, out]
+    try:
+        _check_view(a[1:])
+    except LookupError as e:
+        raise ValueError(f"failed holding {len(arrays)} arrays") from e
+
+
+def _frames(exc: BaseException) -> list[Any]:
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _array_locals(exc: BaseException | None) -> list[str]:
+    """The frame locals that are (or hold) a ``wp.array`` in the tracebacks of ``exc`` and its causes."""
+    found = []
+    while exc is not None:
+        found += [
+            f"{frame.f_code.co_name}: {name}"
+            for frame in _frames(exc)
+            for name, value in frame.f_locals.items()
+            if any(isinstance(v, wp.array) for v in (value if isinstance(value, (list, tuple)) else (value,)))
+        ]
+        exc = exc.__cause__
+    return found
+
+
+def test_kept_exceptions_keep_no_arrays_of_the_calls_freed_buffers() -> None:
+    # The call's buffers are XLA's, freed or reused once it returns: a kept exception whose frames still held
+    # wp.arrays over them would let a debugger (or a traceback printer showing locals) read that memory.
+    x = jnp.ones(3, jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="failed holding 2 arrays") as info:
+        jax.jit(jax_callable(holding_step))(x).block_until_ready()
+    kept = _errors.original(info.value)  # what an eager call would have re-raised
+    assert isinstance(kept, ValueError)
+    assert _frames(kept)[-1].f_code.co_name == "holding_step"  # the traceback still reaches the function
+    assert _frames(kept.__cause__)[-1].f_code.co_name == "_check_view"
+    assert _array_locals(kept) == []
+    with pytest.raises(ValueError, match="failed holding 2 arrays") as raised:
+        jax_callable(holding_step)(x)
+    assert raised.traceback[-1].name == "holding_step"
+    assert "(raised inside jax_callable(holding_step))" in raised.value.__notes__
+    assert _array_locals(raised.value) == []
+
+
 def test_a_nested_failing_call_is_not_mistaken_for_the_outer_one() -> None:
     inner = jax.jit(jax_callable(first_model_step))
 

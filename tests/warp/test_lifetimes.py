@@ -9,6 +9,7 @@ native launch descriptors dropped with their plans. Measured with weak reference
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import tracemalloc
 import weakref
@@ -21,9 +22,10 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi import _executors, _native, _registry, _target
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
+from jarp.warp._upstream import _warp_internals
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -83,6 +85,37 @@ def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     np.testing.assert_array_equal(z, np.arange(4.0) * 2)
     del y, z
     assert _alive(refs) == 0
+
+
+@pytest.mark.parametrize("runs", ["kernel", "callable"])
+def test_kernels_differentiated_under_jit_grad_are_released(runs: str) -> None:
+    # Nothing on the reverse-mode path may hold a plan past its executables: a kernel alive when Warp
+    # next builds its module is kept by that build (Warp hashes every live kernel of the module) until
+    # the module changes again, so one strong cache of plans keeps every kernel differentiated since.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    refs = []
+    for i in range(1, 7):
+        kernel = _make_kernel(i)
+        refs.append(weakref.ref(kernel))
+        if runs == "kernel":
+            m = jax_kernel(kernel, enable_backward=True)
+        else:
+            m = jax_callable(_launcher(kernel), enable_backward=True)
+        g = jax.jit(jax.grad(lambda x, m=m: jnp.sum(m(x)[0] * x)))(x)
+        np.testing.assert_array_equal(g, 2 * np.arange(4.0) * i)
+        del kernel, m, g
+        _alive_settled(refs, at_most=1)  # this call's executable is gone before the next kernel is built
+    jax.clear_caches()
+    list_plans()
+    # as with Warp alone: its module keeps the latest kernel of the key
+    assert _alive(refs) <= 1
+
+
+def _launcher(kernel: Any) -> Callable[..., None]:
+    def launch(a: wp.array(dtype=float), out: wp.array(dtype=float)) -> None:
+        wp.launch(kernel, dim=a.shape, inputs=[a], outputs=[out])
+
+    return launch
 
 
 def _runtime_scalar_kernel(i: int) -> Any:
@@ -228,6 +261,71 @@ def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
     del kernel
     jax_kernel(_make_kernel(7))(x)
     assert _alive([module_exec]) == 0
+
+
+def test_dropped_code_is_unloaded_under_warps_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Warp unloads a module's code when its ModuleExec is collected. Where jarp holds the last reference,
+    # that must not happen wherever the kernel is collected (any thread, during another thread's Warp build),
+    # only under Warp's lock, at a safe point.
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(5)
+    compiled = _lower(jax_kernel(kernel), x).compile()
+    np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
+    (handle,) = [int(h) for h in _handles(compiled.as_text())]
+    module_exec = _executors.cpu_executors[handle].entry.module_exec
+    ref, exec_id, exec_type = weakref.ref(module_exec), id(module_exec), type(module_exec)
+    del compiled, module_exec
+    jax.clear_caches()
+    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module: jarp's retained entry holds the old code alone
+    unloads: list[bool] = []
+    unload = exec_type.__del__
+
+    def recording_unload(self: Any) -> None:
+        if id(self) == exec_id:
+            unloads.append(_warp_internals.warp_lock_held())
+        unload(self)
+
+    monkeypatch.setattr(exec_type, "__del__", recording_unload)
+    del kernel
+    later = _make_kernel(7)  # a new kernel of the key: Warp's module lets go of the old one, which is collected
+    gc.collect()
+    assert unloads == []  # not here, on this thread, without the lock
+    assert _alive([ref]) == 1
+    jax.clear_caches()  # a safe point
+    assert unloads == [True]
+    assert _alive([ref]) == 0
+    (y,) = jax_kernel(later)(x)
+    np.testing.assert_array_equal(y, np.arange(4.0) * 7)
+
+
+def test_code_dropped_during_another_threads_build_waits_for_the_lock() -> None:
+    seen: list[bool] = []
+
+    class StandIn:  # for a ModuleExec: records whether Warp's lock is held when it goes
+        def __del__(self) -> None:
+            seen.append(_warp_internals.warp_lock_held())
+
+    entry = object.__new__(_warp_internals.EntryPoints)
+    entry.module_exec = StandIn()
+    building, done = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with _warp_internals.warp_lock():
+            building.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        assert building.wait(10)
+        del entry  # collected here while the other thread builds
+        jax.clear_caches()  # a safe point; it does not wait for the lock (that could deadlock): nothing goes yet
+        assert seen == []
+    finally:
+        done.set()
+        thread.join()
+    jax.clear_caches()
+    assert seen == [True]
 
 
 def _lower(module: Any, x: jax.Array) -> Any:

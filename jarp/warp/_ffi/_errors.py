@@ -8,6 +8,9 @@ paths (`call_reraising`, used by `_eager.try_eager` and the primitive's eager im
 error reaches it synchronously. Under a user's ``jax.jit`` the ``JaxRuntimeError`` is all JAX
 raises; its message names the module and carries the original type, message and traceback.
 
+A kept exception's frames are cleared of their local variables (`release_frames`): they held ``wp.array``s over
+the call's XLA buffers, which are freed once the call returns. Its traceback keeps files, lines and functions.
+
 A ``KeyboardInterrupt`` inside a call becomes a ``CANCELLED`` error; outside an eager call the
 interrupt is also re-raised in the main thread at its next opportunity (``_thread.interrupt_main``),
 so that Ctrl-C still stops the program.
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import _thread
 import collections
+import contextlib
+import inspect
 import itertools
 import re
 import sys
@@ -32,7 +37,7 @@ from .._upstream import _xla_ffi
 T = TypeVar("T")
 
 # How many unclaimed exceptions to keep: errors under a user's jax.jit are never claimed, and
-# an exception holds its traceback's frames alive.
+# an exception holds its traceback's frames alive (their locals are dropped: `release_frames`).
 _KEEP = 16
 _TOKEN = re.compile(r"jarp error (\d+): ")
 _lock = threading.Lock()
@@ -63,6 +68,7 @@ def ffi_error(frame: int, exc: BaseException, name: str) -> int:
         The error pointer to return to XLA.
     """
     token = next(_tokens)
+    release_frames(exc)
     with _lock:
         _pending[token] = (exc, name)
         while len(_pending) > _KEEP:
@@ -83,6 +89,37 @@ def ffi_error(frame: int, exc: BaseException, name: str) -> int:
         tb = "<traceback unavailable>"
     message = f"jarp error {token}: {name} raised {type(exc).__name__}: {text}\n{tb}"
     return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.UNKNOWN, message)
+
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def release_frames(exc: BaseException) -> None:
+    """Drop the local variables of the finished frames in the tracebacks of ``exc`` and of the exceptions it chains.
+
+    The exception is kept after the call returns (in `_pending`, and re-raised by `call_reraising`), and the
+    frames it went through held ``wp.array``s wrapping the call's XLA buffers, which XLA frees or reuses once the
+    call returns: a debugger or a traceback printer that shows locals would read that memory. The traceback keeps
+    its files, lines and function names. Frames still executing keep their locals, and so do the frames of
+    generators and coroutines (clearing one would close a generator that may still be suspended).
+    """
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if not frame.f_code.co_flags & _GENERATOR_FLAGS:
+                with contextlib.suppress(RuntimeError):  # still executing (the FFI callback's own frame)
+                    frame.clear()
+            tb = tb.tb_next
+        stack += [e.__cause__, e.__context__]
+        if isinstance(e, BaseExceptionGroup):
+            stack += e.exceptions
 
 
 def original(error: BaseException) -> BaseException | None:

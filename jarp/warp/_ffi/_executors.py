@@ -25,7 +25,7 @@ import warp as wp
 
 from .._plan import _dtypes
 from .._plan._values import Binding, Plan, Runs
-from .._upstream import _warp_internals, _xla_ffi
+from .._upstream import _jax_internals, _warp_internals, _xla_ffi
 from . import _errors, _native, _struct_bytes
 from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
@@ -53,8 +53,16 @@ def drop_executors(handles: list[int]) -> None:
 
     This is the one place the FFI stage learns of releases. A dropped kernel executor's loaded code is
     kept in `_retained` until its kernel is collected, so a release never unloads code that
-    something still able to call the kernel might run.
+    something still able to call the kernel might run. Code that jarp lets go of is unloaded under
+    Warp's lock (`_warp_internals.release_unloads`), here or at the next executor build.
     """
+    _drop(handles)
+    # The code of the entries dropped (and of kernels collected since the last safe point) is unloaded under
+    # Warp's lock, never concurrently with a build; if another thread holds it, at the next safe point.
+    _warp_internals.release_unloads()
+
+
+def _drop(handles: list[int]) -> None:
     released = set(handles)
     with _lock:
         for key in [k for k in executors if k[0] in released]:
@@ -71,6 +79,17 @@ def drop_executors(handles: list[int]) -> None:
 
 
 registry.on_release(drop_executors)
+
+
+class _Unloads:
+    """``jax.clear_caches()`` is a safe point for unloading the code jarp let go of, too."""
+
+    @staticmethod
+    def cache_clear() -> None:
+        _warp_internals.release_unloads()
+
+
+_jax_internals.clear_with_jax(_Unloads, "jarp.warp unloads of dropped Warp code")
 
 
 def get_executor(key: tuple[int, int], platform: str) -> _Executor:

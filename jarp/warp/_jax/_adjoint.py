@@ -17,9 +17,13 @@ from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind, forward_mode_error
 
 
-@functools.lru_cache(maxsize=4096)
 def adjoint_plan(plan: Plan) -> Plan:
     """The plan of the backward launch of a forward kernel plan.
+
+    Built afresh on each backward trace (it is cheap, and equal plans share one registry handle): a cache of
+    adjoint plans would hold their kernels past their executables, and Warp's next build of a kernel's module
+    keeps every kernel of the module still alive then (until the module changes again), so a strong cache
+    here kept every kernel differentiated in the process alive.
 
     Operands: the forward array operands, then one cotangent per forward result.
     Results: one cotangent per forward operand (zero-filled), a zero-filled stand-in
@@ -101,7 +105,6 @@ def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
 
 
 _differentiable.defvjp(_fwd, _bwd)
-_jax_internals.clear_with_jax(adjoint_plan, "jarp.warp adjoint plans")  # they hold kernels
 
 
 def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:

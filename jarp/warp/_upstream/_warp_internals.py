@@ -11,6 +11,7 @@ each one still has the shape jarp relies on.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import threading
@@ -55,6 +56,7 @@ __all__ = [
     "load_entry_points",
     "make_kernel",
     "module_codegen",
+    "release_unloads",
     "resolve_block_dim",
     "runtime_core",
     "struct_ctype",
@@ -64,6 +66,7 @@ __all__ = [
     "struct_name",
     "take_build_failures",
     "warp_lock",
+    "warp_lock_held",
 ]
 
 # Warp builds modules without locking: two threads loading, overloading or defining kernels at
@@ -93,6 +96,33 @@ def warp_lock() -> threading.RLock:
         ```
     """
     return _WARP_LOCK
+
+
+def warp_lock_held() -> bool:
+    """Whether this thread holds `warp_lock` (for assertions and tests)."""
+    return _WARP_LOCK._is_owned()  # type: ignore[attr-defined]  # RLock's own check, in C and in Python
+
+
+# Loaded Warp code whose last jarp reference went (a collected `EntryPoints`), waiting to be let go under
+# `_WARP_LOCK` (`release_unloads`). Appending needs no lock, so a finaliser may do it on any thread at any point.
+_unloads: collections.deque[Any] = collections.deque()
+
+
+def release_unloads(blocking: bool = False) -> None:
+    """Let go of the loaded Warp modules (``ModuleExec``) that collected `EntryPoints` held, under `warp_lock`.
+
+    Warp unloads a module's code when its ``ModuleExec`` is collected (``wp_unload_obj`` or
+    ``cuModuleUnload``), which must not overlap a Warp build on another thread. jarp's last reference
+    to one is therefore dropped here, at a safe point, instead of wherever an `EntryPoints` happened to
+    be collected. Without ``blocking``, a lock held elsewhere leaves the queue for the next safe point.
+    """
+    if not _unloads or not _WARP_LOCK.acquire(blocking=blocking):
+        return
+    try:
+        while _unloads:
+            _unloads.popleft()  # unloaded here if no one else (Warp's module, a graph) still holds it
+    finally:
+        _WARP_LOCK.release()
 
 
 def take_build_failures() -> list[str]:
@@ -194,6 +224,15 @@ class EntryPoints:
         self.backward_smem = int(getattr(hooks, "backward_smem_bytes", 0))
         self.cluster_dim = int(getattr(hooks, "cluster_dim", 1))
 
+    def __del__(self) -> None:
+        # Collected on any thread, at any point (a kernel collected during another thread's Warp build): the
+        # ModuleExec, which unloads its code when collected, waits for `release_unloads` under Warp's lock.
+        # No module globals beyond `_unloads`: at interpreter shutdown they may already be None.
+        try:  # noqa: SIM105 (not contextlib.suppress: it may already be None)
+            _unloads.append(self.module_exec)
+        except Exception:
+            pass
+
 
 def _address(fn: Any) -> int:
     if fn is None:
@@ -231,6 +270,7 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
         check_cpu_support(f"kernel {kernel.key!r}")
     resolved = resolve_block_dim(device, block_dim)
     with _WARP_LOCK:
+        release_unloads(blocking=True)  # a safe point: unload the code dropped since
         try:
             module_exec = kernel.module.load(device, resolved)
         except BaseException:
@@ -427,6 +467,7 @@ def check_internals() -> None:
     assert names[:2] == ["data", "grad"], f"warp array_t fields changed: {names}"
     assert ArrayStruct.data.offset == 0, "warp array_t.data is no longer the first field"
     assert hasattr(wp.Kernel, "__init__")
+    assert callable(getattr(_WARP_LOCK, "_is_owned", None)), "threading.RLock lost _is_owned (warp_lock_held)"
     probe = wp.struct(
         type("_JarpProbe", (), {"__annotations__": {"a": wp.array(dtype=float), "k": float}}), module="unique"
     )
