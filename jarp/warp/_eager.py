@@ -127,20 +127,27 @@ _executables = _Executables()
 _jax_internals.clear_with_jax(_executables, "jarp.warp eager executables")
 
 
+# The argument leaves an eager call may key its executable on: arrays, and values compared by value.
+_EAGER_LEAVES = (jax.Array, bool, int, float, complex, str, bytes, np.generic, type(None))
+
+
 def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
     """Run an eager (un-traced) call through one cached executable per module and signature.
 
-    Returns None when the call is not eligible (a tracer or a non-JAX array among
-    the arguments, or an unhashable option), in which case the caller traces it
-    directly. NumPy arrays take the direct path so that their dtype is checked
-    before ``jax.jit`` would silently convert it.
+    Returns None when the call is not eligible (a tracer, a non-JAX array or an
+    object that is not a pytree among the arguments, or an unhashable option), in
+    which case the caller traces it directly. NumPy arrays take the direct path so
+    that their dtype is checked before ``jax.jit`` would silently convert it.
     """
     # Struct arguments (dicts, NamedTuples, eqx.Modules of arrays) are pytrees: their arrays are
-    # the executable's arguments, their structure and static values part of its key.
+    # the executable's arguments, their structure and static values part of its key. A struct
+    # given as an object that is not a pytree (a plain dataclass or object, a Warp struct instance)
+    # is one opaque leaf: keyed by it, the executable would keep the arrays it held at the first
+    # call and miss later changes to its fields, so such a call takes the direct path as well.
     leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
     arrays, statics = [], []
     for i, a in enumerate(leaves):
-        if isinstance(a, (jax.core.Tracer, np.ndarray)):
+        if isinstance(a, (jax.core.Tracer, np.ndarray)) or not isinstance(a, _EAGER_LEAVES):
             return None
         if isinstance(a, jax.Array):
             arrays.append(a)

@@ -190,7 +190,8 @@ class JaxKernel(AbstractWarpModule):
     def _resolve(self, args: tuple[Any, ...]) -> wp.Kernel:
         if self.arg_types_factory is None:
             return self.kernel
-        return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args))
+        names = [name for name, _ in _warp_internals.kernel_params(self.kernel)]
+        return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
 
     def _signature(self, target: wp.Kernel) -> Signature:
         return _signature(target, self.num_outputs, self.in_out_argnames)

@@ -60,7 +60,8 @@ def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argume
 
 
 def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -> jax.Array:
-    """Check the array given for a struct's array field (a JAX or NumPy array; a ``wp.array`` is refused)."""
+    """Check the array given for a struct's array field: a JAX or NumPy array, or a ``wp.array`` of the field's
+    dtype and dims (converted with ``wp.to_jax``)."""
     name = leaf.name
     if isinstance(value, wp.array):
         if not wp.types.types_equal(value.dtype, spec.dtype) or value.ndim != spec.warp_ndim:
@@ -147,13 +148,15 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
         out = arr.astype(bool)
     else:
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
-            raise TypeError(f"{what}: struct field {name!r} is an integer field ({leaf.describe()}), got {value!r}.")
+            raise TypeError(
+                f"{what}: struct field {name!r} is an integer field ({leaf.describe()}), got {short_repr(value)}."
+            )
         info = np.iinfo(np.dtype(wp.dtype_to_numpy(scalar)))
         ints = [int(x) for x in arr.reshape(-1).tolist()]
         if any(not info.min <= x <= info.max for x in ints):
             raise ValueError(
-                f"{what}: struct field {name!r} = {value!r} does not fit its {wp.types.type_repr(scalar)} range "
-                f"[{info.min}, {info.max}]."
+                f"{what}: struct field {name!r} = {short_repr(value)} does not fit its "
+                f"{wp.types.type_repr(scalar)} range [{info.min}, {info.max}]."
             )
         out = np.array(ints, dtype=object).reshape(arr.shape)
     return _to_tuple(out.tolist())
@@ -170,9 +173,32 @@ def _to_tuple(x: Any) -> Any:
     return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
 
 
+# The longest repr of a user's value an error message quotes; longer ones are cut (never an array's contents).
+REPR_LIMIT = 60
+
+
+def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (a summary for arrays, see `kind_of`)."""
+    if isinstance(value, np.ndarray) and value.size <= 16:  # a value field's vector or matrix: its numbers
+        value = value.tolist()
+    elif isinstance(value, (jax.Array, np.ndarray, wp.array)):
+        return kind_of(value)
+    try:
+        text = " ".join(repr(value).split())
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def kind_of(value: Any) -> str:
+    """A short description of a value for messages: shape and dtype for arrays, a cut repr for numbers and strings,
+    the type's name for anything else (never an array's contents)."""
     if isinstance(value, jax.core.Tracer):
         return f"a traced value ({value.aval.str_short()})"
     if isinstance(value, (jax.Array, np.ndarray)):
-        return f"an array of shape {tuple(value.shape)}"
-    return f"{type(value).__name__} {value!r}" if value is None or np.isscalar(value) else type(value).__name__
+        return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, wp.array):
+        return f"a wp.array of shape {tuple(value.shape)} and dtype {wp.types.type_repr(value.dtype)}"
+    if value is None or np.isscalar(value):
+        return f"{type(value).__name__} {short_repr(value)}"
+    return type(value).__name__

@@ -10,7 +10,9 @@ error names the parameter and says what to pass instead.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -21,54 +23,153 @@ import warp as wp
 
 from .._upstream import _warp_internals
 from . import _dtypes
-from ._arg_checks import check_array_value, check_struct_array, kind_of, normalize_value, runtime_value
+from ._arg_checks import (
+    check_array_value,
+    check_struct_array,
+    kind_of,
+    normalize_value,
+    runtime_value,
+    short_repr,
+)
 from ._arg_spec import ArgSpec
 from ._signature import Signature
-from ._struct_layout import StructLayout, StructLeaf
+from ._struct_layout import StructLayout, StructLeaf, is_warp_scalar
 
 
-def warp_dtypes(args: Sequence[Any]) -> tuple[Any, ...]:
+def warp_dtypes(args: Sequence[Any], names: Sequence[str] = ()) -> tuple[Any, ...]:
     """The Warp scalar dtype of each argument (Python scalars follow JAX's precision), for generic targets.
 
-    A struct argument (a dict or object of fields) gives the dtype of its first floating-point
-    array field, else of its first array field, else of its first value field.
+    A struct argument (a dict, NamedTuple, dataclass, ``eqx.Module``, Warp struct instance or any object
+    carrying the fields as attributes) gives the dtype of its first floating-point array field, else of
+    its first array field, else of its first value field (depth first, in field order). Arrays (JAX
+    arrays and tracers, NumPy arrays, ``wp.array``) and numbers are leaves, recognised before any
+    attribute is looked at.
+
+    Args:
+        args: the call's positional arguments.
+        names: the parameter names of the arguments, in order, where known (for messages).
+
+    Raises:
+        TypeError: naming the argument (and the field a dtype was taken from), for an argument without
+            an array or number in it, or a dtype Warp has no scalar type for.
     """
-    out = []
-    for i, a in enumerate(args):
-        try:
-            out.append(_dtypes.from_jax(jax.dtypes.result_type(_representative(a))))
-        except Exception as e:
-            raise TypeError(
-                f"cannot infer a Warp dtype from argument {i} ({_short(a)}) for the generic target: {e}"
-            ) from None
-    return tuple(out)
+    names = tuple(names)
+    return tuple(_argument_dtype(i, a, names[i] if i < len(names) else None) for i, a in enumerate(args))
 
 
-def _short(value: Any) -> str:
-    """A short description of an argument for messages (never the repr of a large array or struct)."""
+def _argument_dtype(i: int, a: Any, name: str | None) -> Any:
+    leaves: list[_DtypeLeaf] = []
+    _collect_dtype_leaves(a, "", 0, set(), leaves)
+    floating = [x for x in leaves if x.is_array and jnp.issubdtype(x.dtype, jnp.inexact)]
+    arrays = [x for x in leaves if x.is_array]
+    chosen = next((group[0] for group in (floating, arrays, leaves) if group), None)
+    which = f"{name!r}, {kind_of(a)}" if name else kind_of(a)
+    prefix = f"cannot infer a Warp dtype from argument {i} ({which}) for the generic target"
+    if chosen is None:
+        raise TypeError(
+            f"{prefix}: it holds no array or number (a struct argument is a dict, NamedTuple, dataclass, "
+            "eqx.Module, Warp struct instance or other object with the struct's fields as attributes)."
+        )
+    try:
+        return _dtypes.from_jax(chosen.dtype)
+    except TypeError as e:
+        where = f"field {((name or '') + chosen.path).lstrip('.')!r}: " if chosen.path else ""
+        raise TypeError(f"{prefix}: {where}{e}") from None
+
+
+class _DtypeLeaf(NamedTuple):
+    path: str  # ".field.sub" inside the argument; "" for the argument itself
+    dtype: np.dtype  # as JAX holds it (canonicalised for jax_enable_x64)
+    is_array: bool
+
+
+# How deep, and up to how many leaves, the dtype inference of a generic target walks a struct argument.
+_MAX_DEPTH = 16
+_MAX_LEAVES = 4096
+
+
+def _leaf_dtype(value: Any) -> tuple[np.dtype, bool] | None:
+    """The dtype of an array or number and whether it is an array; None for anything else.
+
+    Checked before any attribute walk: a concrete ``jax.Array`` has an (empty) ``__dict__`` and a
+    ``wp.array`` many attributes, and neither is a struct's fields.
+    """
     if isinstance(value, (jax.Array, np.ndarray)):
-        return f"{type(value).__name__} {value.dtype}{list(value.shape)}"
-    text = repr(value)
-    return text if len(text) <= 80 else f"a {type(value).__name__}"
+        return np.dtype(jax.dtypes.canonicalize_dtype(value.dtype)), True
+    if isinstance(value, (np.generic, bool, int, float, complex)):
+        return np.dtype(jax.dtypes.result_type(value)), False
+    if isinstance(value, wp.array):
+        return np.dtype(jax.dtypes.canonicalize_dtype(_dtypes.to_numpy(value.dtype))), True
+    if is_warp_scalar(type(value)) or (isinstance(value, ctypes.Array) and hasattr(type(value), "_wp_scalar_type_")):
+        return np.dtype(jax.dtypes.canonicalize_dtype(_dtypes.to_numpy(type(value)))), False  # a Warp value
+    return None
 
 
-def _representative(a: Any) -> Any:
-    if isinstance(a, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
-        return a
-    leaves = [x for x in jax.tree_util.tree_leaves(_fields_tree(a)) if x is not None]
-    arrays = [x for x in leaves if isinstance(x, (jax.Array, np.ndarray))]
-    floating = [x for x in arrays if jnp.issubdtype(x.dtype, jnp.inexact)]
-    for group in (floating, arrays, leaves):
-        if group:
-            return group[0]
-    return a
+def _collect_dtype_leaves(value: Any, path: str, depth: int, active: set[int], out: list[_DtypeLeaf]) -> None:
+    if len(out) >= _MAX_LEAVES:
+        return
+    try:
+        leaf = _leaf_dtype(value)
+    except TypeError:  # a wp.array of structs: no scalar dtype to take
+        return
+    if leaf is not None:
+        out.append(_DtypeLeaf(path, *leaf))
+        return
+    if depth >= _MAX_DEPTH or id(value) in active:
+        return
+    fields = struct_like_fields(value)
+    if not fields:
+        return
+    active.add(id(value))
+    try:
+        for name, item in fields:
+            _collect_dtype_leaves(item, f"{path}.{name}", depth + 1, active, out)
+    finally:
+        active.discard(id(value))
 
 
-def _fields_tree(a: Any) -> Any:
-    """A struct-like argument as a pytree of its fields (objects with ``__dict__`` become dicts)."""
-    if isinstance(a, (dict, list, tuple)) or not hasattr(a, "__dict__"):
-        return a
-    return {k: _fields_tree(v) for k, v in vars(a).items() if not k.startswith("_")}
+def _slot_names(cls: type) -> tuple[str, ...]:
+    slots = cls.__dict__.get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(n for n in slots if isinstance(n, str))
+
+
+# Values never walked for fields: arrays, numbers, strings, and Warp vectors and matrices (ctypes arrays).
+_NOT_STRUCT_LIKE = (jax.Array, np.ndarray, np.generic, wp.array, bool, int, float, complex, str, bytes, ctypes.Array)
+
+
+def struct_like_fields(value: Any) -> list[tuple[str, Any]] | None:
+    """The ``(name, value)`` fields of a struct-like value, in field order; None for a value that is not one.
+
+    A ``Mapping`` gives its items, a Warp struct instance its struct's fields, a tuple or list its
+    elements (a NamedTuple by field name), a dataclass (``eqx.Module``) its fields, and any other
+    object its public instance attributes (``__dict__``, then ``__slots__``). Arrays (JAX, NumPy,
+    ``wp.array``), numbers, strings, ``None``, classes, modules and other callables are not struct-like.
+    """
+    if value is None or isinstance(value, _NOT_STRUCT_LIKE) or is_warp_scalar(type(value)):
+        return None
+    if isinstance(value, Mapping):
+        return [(str(k), v) for k, v in value.items()]
+    inst_type = _warp_internals.struct_instance_type(value)
+    if inst_type is not None:
+        return [(f, getattr(value, f, None)) for f, _ in _warp_internals.struct_fields(inst_type)]
+    if isinstance(value, (tuple, list)):
+        names = getattr(value, "_fields", None)
+        if isinstance(value, tuple) and isinstance(names, tuple) and len(names) == len(value):
+            return [(str(n), v) for n, v in zip(names, value, strict=True)]
+        return [(str(k), v) for k, v in enumerate(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)]
+    if isinstance(value, (type, types.ModuleType)) or callable(value):
+        return None
+    attrs = getattr(value, "__dict__", None)
+    slots = [name for cls in type(value).__mro__ for name in _slot_names(cls)]
+    if not isinstance(attrs, Mapping) and not slots:
+        return None
+    fields = {k: v for k, v in (attrs or {}).items() if isinstance(k, str) and not k.startswith("_")}
+    for name in slots:
+        if not name.startswith("_") and name not in fields and hasattr(value, name):
+            fields[name] = getattr(value, name)
+    return list(fields.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +382,7 @@ def _flatten(
     fields = _warp_internals.struct_fields(struct_type)
     names = [f for f, _ in fields]
     key = _warp_internals.struct_name(struct_type)
-    if isinstance(value, (jax.Array, np.ndarray, np.generic, int, float, complex, str, bytes)) or value is None:
+    if value is None or isinstance(value, _NOT_STRUCT_LIKE) or is_warp_scalar(type(value)):
         raise TypeError(
             f"{what}: argument {name!r} is a struct {key} and got {kind_of(value)}; pass a dict keyed by field name "
             f"({', '.join(names) or 'no fields'}) or an object with those attributes (a NamedTuple, dataclass, "
@@ -296,7 +397,8 @@ def _flatten(
     if isinstance(value, Mapping):
         unknown = [k for k in value if k not in names]
         if unknown:
-            shown = ", ".join(repr(f"{name}.{k}") for k in unknown)
+            shown = ", ".join(short_repr(f"{name}.{k}", 40) for k in unknown[:3])
+            shown += f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
             raise TypeError(
                 f"{what}: argument {name!r} has unknown field(s) {shown}; the fields of {key} are "
                 f"{', '.join(names) or 'none'}."
