@@ -1,0 +1,14 @@
+"""Kernels and functions for the review tests (no `from __future__ import annotations`: annotations are objects)."""
+
+import warp as wp
+
+from .kernels import scale_kernel
+
+
+def callable_of(dtype):
+    """A `jax_callable` function whose parameter dtype comes from a factory local used only in annotations."""
+
+    def f(x: wp.array(dtype=dtype), y: wp.array(dtype=dtype)):
+        wp.launch(scale_kernel, dim=x.shape, inputs=[x, 2.0], outputs=[y])
+
+    return f
