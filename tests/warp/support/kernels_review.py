@@ -12,3 +12,11 @@ def callable_of(dtype):
         wp.launch(scale_kernel, dim=x.shape, inputs=[x, 2.0], outputs=[y])
 
     return f
+
+
+@wp.kernel
+def alias_guarded_copy(x: wp.array(dtype=wp.float32), n: int, y: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    inside = i < n  # the guard, through a local
+    if inside:
+        y[i] = x[i]
