@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
+import numpy as np
 import warp as wp
 
 from . import _eager, _rules
@@ -36,6 +37,7 @@ from ._plan._arg_spec import ArgSpec
 from ._plan._binding import BoundCall, bind_arguments
 from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
 from ._plan._signature import Signature
+from ._plan._static_keys import static_key
 from ._plan._values import Plan
 from ._upstream import _warp_internals
 
@@ -195,6 +197,10 @@ class _ValueFunction:
         return self.__wrapped__(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        if name in _ValueFunction.__slots__:
+            # An unset slot (``copy``/``pickle`` build the object empty, then probe ``__setstate__``):
+            # delegating would look up ``__wrapped__`` here again, recursing without end.
+            raise AttributeError(name)
         return getattr(self.__wrapped__, name)
 
     def __eq__(self, other: object) -> bool:
@@ -223,13 +229,39 @@ def value_callable(func: Any) -> Any:
     if not _is_nested(func):
         return func
     try:
-        cells = tuple(cell.cell_contents for cell in func.__closure__ or ())
-        kwdefaults = tuple(sorted((func.__kwdefaults__ or {}).items()))
-        key = (func.__code__, id(func.__globals__), func.__defaults__, kwdefaults, cells)
+        # Values keyed by type and bits (`static_key`), not ``==``: a closure over ``1`` and one over ``1.0``
+        # or ``True`` (or ``0.0`` and ``-0.0``) behave differently, yet compare and hash equal.
+        cells = tuple(_value_key(cell.cell_contents) for cell in func.__closure__ or ())
+        defaults = tuple(_value_key(v) for v in func.__defaults__ or ())
+        kwdefaults = tuple(sorted((k, _value_key(v)) for k, v in (func.__kwdefaults__ or {}).items()))
+        # Annotations are evaluated where the function is defined and need not be captured (a factory's
+        # ``dtype`` used only in ``x: wp.array(dtype=dtype)``), yet they make a `jax_callable` function's types.
+        annotations = tuple((k, _annotation_key(v)) for k, v in func.__annotations__.items())
+        key = (func.__code__, id(func.__globals__), defaults, kwdefaults, cells, annotations)
         hash(key)
     except (TypeError, ValueError):  # a captured value that is unhashable (an array, a list) or not yet set
         return func
     return _ValueFunction(func, key)
+
+
+def _value_key(value: Any) -> Any:
+    """``value`` keyed by its exact type and, for numbers, its bits (`static_key`); tuples element by element.
+
+    Anything else is keyed as it is, so that a list or an array stays unhashable (it may change later).
+    """
+    if isinstance(value, (float, complex, np.generic)):
+        return (type(value), static_key(value))
+    if isinstance(value, tuple):
+        return (type(value), tuple(_value_key(v) for v in value))
+    return (type(value), value)
+
+
+def _annotation_key(annotation: Any) -> Any:
+    """An annotation by value: a Warp array type (a new object at each ``wp.array(dtype=...)``) by its kind,
+    dtype and ndim; any other one as it is (types compare by identity, strings by value)."""
+    if wp.types.is_array(annotation):
+        return (type(annotation), annotation.dtype, annotation.ndim)
+    return annotation
 
 
 def value_callable_field(default: Any = None) -> Any:

@@ -109,7 +109,13 @@ class Energy(eqx.Module):
 def _with_direction(position: int, x: Any, params: Sequence[Any], v: Any) -> list[Any]:
     """The arguments of ``hess_prod``/``hess_quad``: ``x, *params`` with the direction ``v`` at ``position``."""
     args = [x, *params]
-    args.insert(position if position >= 0 else len(args) + 1 + position, v)
+    at = position if position >= 0 else len(args) + 1 + position
+    if not 0 < at <= len(args):
+        # ``list.insert`` clamps: an out-of-range direction would silently go last, or before x.
+        raise ValueError(
+            f"energy(): direction={position} is outside hess_prod's inputs: x, {len(params)} parameter(s) and v."
+        )
+    args.insert(at, v)
     return args
 
 
@@ -454,6 +460,11 @@ def _check_signatures(fns: dict[str, Callable[..., Any] | None], direction: str 
     if reference is None:
         return position
     n = len(reference)
+    at = position if position >= 0 else n + 1 + position
+    if not 0 < at <= n:  # checked here too: hess_prod's own inputs may be unknown (a function taking *args)
+        raise ValueError(
+            f"energy(): direction={direction!r} is outside hess_prod's inputs (fun's {listing(reference)}, and v)."
+        )
     for name, inputs in known.items():
         if inputs is None or name == "fun":
             continue
@@ -464,9 +475,6 @@ def _check_signatures(fns: dict[str, Callable[..., Any] | None], direction: str 
                     f"energy(): {name} takes {len(params)} inputs ({listing(params)}), fun takes {n} "
                     f"({listing(reference)}); {name} takes fun's inputs and the direction v."
                 )
-            at = position if position >= 0 else n + 1 + position
-            if not 0 < at <= n:
-                raise ValueError(f"energy(): direction={direction!r} is outside {name}'s inputs ({listing(params)}).")
             del params[at]
         elif len(params) != n:
             raise TypeError(

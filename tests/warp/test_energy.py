@@ -356,3 +356,39 @@ def test_signatures_are_checked_against_each_other_at_construction():
         energy(fun, grad, lambda x, edges, v: v)
     assert energy(fun, grad, last).direction == -1
     assert energy(fun, grad, second, direction="v").direction == 1
+
+
+# -- review: a direction outside the inputs where hess_prod's are not known -------------------------------
+
+
+def _quad_fun(x: jax.Array, k: jax.Array) -> jax.Array:
+    return (0.5 * k * jnp.sum(x * x)).reshape(1)
+
+
+def _quad_grad(x: jax.Array, k: jax.Array) -> jax.Array:
+    return k * x
+
+
+def _quad_hess_prod_args(*args: jax.Array) -> jax.Array:  # its inputs are not known before a call
+    _, k, v = args
+    return k * v
+
+
+@pytest.mark.parametrize("direction", [5, -5])
+def test_a_direction_outside_the_inputs_is_refused_when_hess_prod_takes_args(direction: int) -> None:
+    # list.insert clamps: direction=-5 put v before x (hess_prod got (v, x, k)), direction=5 silently last.
+    with pytest.raises(ValueError, match=rf"direction={direction} is outside"):
+        energy(_quad_fun, _quad_grad, _quad_hess_prod_args, direction=direction)
+
+
+@pytest.mark.parametrize("direction", [5, -5])
+def test_a_direction_outside_the_inputs_is_refused_at_the_call_when_nothing_is_known(direction: int) -> None:
+    E = energy(lambda *a: _quad_fun(*a), _quad_grad, _quad_hess_prod_args, direction=direction)
+    x = jnp.ones(3)
+    with pytest.raises(ValueError, match=rf"direction={direction} is outside"):
+        E.hess_prod(x, jnp.asarray(2.0), v=jnp.arange(3.0))
+
+
+def test_a_direction_in_range_with_args_hess_prod_still_works() -> None:
+    E = energy(_quad_fun, _quad_grad, _quad_hess_prod_args, direction=-1)
+    np.testing.assert_allclose(E.hess_prod(jnp.ones(3), jnp.asarray(2.0), v=jnp.arange(3.0)), [0.0, 2.0, 4.0])

@@ -138,3 +138,32 @@ def test_out_of_bounds_launches_end_as_errors_in_a_fresh_process() -> None:
     assert "region.cells" in lines[0], lines
     assert lines[1].startswith("refused:"), lines
     assert "materials.mu" in lines[1], lines
+
+
+# -- review: guards through locals ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "i = wp.tid()\ninside = i < 3\nif inside:\n    out[i] = a[i]\n",
+        "i = wp.tid()\nj = i * 2\nif j < 6:\n    out[i] = a[i]\n",
+        "i = wp.tid()\nj: int = i\nwhile j < 3:\n    out[i] = a[i]\n    j += 1\n",
+        "i = wp.tid()\nfor k in range(3 - i):\n    out[i] = a[i]\n",
+    ],
+)
+def test_guards_through_locals_or_loop_extents_are_guards(body: str) -> None:
+    assert tid_indexed(_source(body), ("a", "b", "s", "out")) == ()
+
+
+def test_a_store_into_an_array_taints_nothing() -> None:
+    body = "i = wp.tid()\nout[i] += a[i]\nif out[0] > 0.0:\n    b[0] = 1.0\n"
+    assert tid_indexed(_source(body), ("a", "b", "s", "out")) == (("out", 0, 0), ("a", 0, 0))
+
+
+def test_a_kernel_guarded_through_a_local_runs() -> None:
+    from .support import kernels_review as kr
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    (y,) = jax_kernel(kr.alias_guarded_copy, launch_dims=8, output_dims=4)(x, 4)  # was refused
+    np.testing.assert_allclose(y, x)

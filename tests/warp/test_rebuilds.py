@@ -24,6 +24,7 @@ from jarp.warp._base import value_callable
 
 from .support import kernels as k
 from .support import kernels64 as k64
+from .support import kernels_review as kr
 
 X = jnp.arange(4.0, dtype=jnp.float32)
 
@@ -141,3 +142,38 @@ def test_jvp_rule_and_callable_function_closures_compare_by_value() -> None:
 @pytest.mark.parametrize("value", [None, k64.generic_add_arg_types_list, jax_kernel(k.triple_kernel)])
 def test_values_that_compare_already_are_kept(value: Any) -> None:
     assert value_callable(value) is value
+
+
+# -- review: values that compare equal but behave differently; copies ---------------------------------
+
+
+def _scaled_by(c: Any) -> Any:
+    return lambda x: x * c
+
+
+@pytest.mark.parametrize(("a", "b"), [(1, 1.0), (1, True), (0.0, -0.0)])
+def test_closures_over_equal_but_different_values_differ(a: Any, b: Any) -> None:
+    # 1 == 1.0 == True and 0.0 == -0.0, yet x // c, jnp.full(n, c) or 1 / c differ: not the same function.
+    assert value_callable(_scaled_by(a)) != value_callable(_scaled_by(b))
+
+
+def test_closures_over_nan_compare_equal() -> None:
+    assert value_callable(_scaled_by(float("nan"))) == value_callable(_scaled_by(float("nan")))
+
+
+def test_value_functions_copy_and_deepcopy() -> None:
+    import copy
+
+    f = value_callable(_scaled_by(2.0))
+    assert copy.copy(f) == f
+    assert copy.deepcopy(f) == f  # both recursed without end (an unset slot looked up through __getattr__)
+    assert copy.deepcopy(f)(3.0) == 6.0
+
+
+def test_callable_closures_with_other_annotations_differ() -> None:
+    # `dtype` is not captured (annotations are evaluated where `f` is defined): the code, globals and closure
+    # of both functions are equal, and jax_callable handed back the float32 module for the float16 function.
+    f32, f16 = jax_callable(kr.callable_of(wp.float32)), jax_callable(kr.callable_of(wp.float16))
+    assert f32 != f16
+    assert [s.dtype for s in f16.input_specs()] == [wp.float16]
+    assert jax_callable(kr.callable_of(wp.float32)) == f32  # rebuilt equal: still compared by value

@@ -125,3 +125,62 @@ def test_jax_callable_struct_fields_stay_static() -> None:
     np.testing.assert_allclose(f(X, _mat(2.0))[0], [_energy_ref(X, 2.0, 0.5)], rtol=1e-6)
     with pytest.raises(TypeError, match=r"mat.k"):
         jax.jit(lambda k: f(X, _mat(k)))(jnp.float32(2.0))
+
+
+# -- review: two structs, int/bool fields, scalars between them, a field read through a wp.func argument ------
+
+
+def _two_structs_ref(
+    k: float, rest: float, n: int, on: bool, scale: float, c: float, v1: float, shift: float
+) -> np.ndarray:
+    x = np.asarray(X, np.float64)
+    d = x - rest + shift
+    return 0.5 * k * d * d * scale + c * x + v1 * n + (1000.0 if on else 0.0)
+
+
+def _two_structs_call(
+    m: object, k: object, rest: object, n: object, on: object, scale: object, c: object, v1: object, shift: object
+) -> jax.Array:
+    springs = {"rest": rest, "k": k, "n": n, "on": on}  # not in declaration order
+    damping = {"v": jnp.stack([jnp.float32(0.0), jnp.float32(v1)]), "c": c}
+    return m(X, springs, scale, damping, shift)[0]  # type: ignore[operator]
+
+
+def test_runtime_fields_of_two_structs_and_runtime_scalars_keep_their_order() -> None:
+    from .support import kernels_review as kr
+
+    args = {"k": 2.0, "rest": 0.5, "n": 3, "on": True, "scale": 1.5, "c": 0.25, "v1": -2.0, "shift": 0.125}
+    j = {n: jnp.asarray(v, jnp.float32) for n, v in args.items()}
+    j["n"], j["on"] = jnp.int32(3), jnp.bool_(True)
+    m = jax_kernel(kr.two_structs)
+    np.testing.assert_allclose(_two_structs_call(m, **j), _two_structs_ref(**args), rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(lambda **a: _two_structs_call(m, **a))(**j), _two_structs_ref(**args), rtol=1e-6)
+    ks_ = jnp.asarray([1.0, 2.0, 3.0], jnp.float32)
+    out = jax.vmap(lambda k, sh: _two_structs_call(m, **{**j, "k": k, "shift": sh}))(ks_, ks_ / 10)
+    for b in range(3):
+        ref = _two_structs_ref(**{**args, "k": float(ks_[b]), "shift": float(ks_[b] / 10)})
+        np.testing.assert_allclose(out[b], ref, rtol=1e-6)
+    mb = jax_kernel(kr.two_structs, enable_backward=True)
+    names = ("k", "rest", "scale", "c", "v1", "shift")
+
+    def e(*p: jax.Array) -> jax.Array:
+        return _two_structs_call(mb, **{**j, **dict(zip(names, p, strict=True))}).sum()
+
+    grads = jax.grad(e, argnums=tuple(range(6)))(*(j[n] for n in names))
+    for i, n in enumerate(names):
+        h = 1e-3
+        hi, lo = dict(args), dict(args)
+        hi[n] += h
+        lo[n] -= h
+        fd = (_two_structs_ref(**hi).sum() - _two_structs_ref(**lo).sum()) / (2 * h)
+        np.testing.assert_allclose(grads[i], fd, rtol=1e-4, err_msg=n)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="field s.a__b and field s.a.b both name their variant parameter s__a__b__jarp_rt"
+)
+def test_a_field_named_with_double_underscores_next_to_a_nested_field() -> None:
+    from .support import kernels_review as kr
+
+    (out,) = jax_kernel(kr.clash)(X, {"a__b": jnp.float32(10.0), "a": {"b": jnp.float32(3.0)}})
+    np.testing.assert_allclose(out, np.asarray(X) * 10.0 + 3.0)

@@ -241,6 +241,27 @@ def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...
 
 
 @functools.lru_cache(maxsize=1024)
+def _tid_derived(fn: ast.FunctionDef, tid_names: tuple[str, ...]) -> set[str]:
+    """The thread indices and every local assigned from an expression that reads one (or such a local).
+
+    A guard may test the thread index through a local (``inside = i < n`` then ``if inside:``): to prove that no
+    condition depends on the thread index, every such local counts as the thread index.
+    """
+    derived = set(tid_names)
+    while True:
+        before = len(derived)
+        for node in ast.walk(fn):
+            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or node.value is None:
+                continue
+            if any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(node.value)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:  # locals only: a store into an array (``out[i] = ...``) taints nothing
+                    names = t.elts if isinstance(t, ast.Tuple) else [t]
+                    derived.update(n.id for n in names if isinstance(n, ast.Name))
+        if len(derived) == before:
+            return derived
+
+
 def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
     """The arrays the kernel indexes with its thread index, unguarded: ``(path, array dim, tid component)``.
 
@@ -266,14 +287,17 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
     stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)]
     if len(stores) != len(tid_names):
         return ()  # a thread index reassigned (or a loop variable of the same name): not provable
+    derived = _tid_derived(fn, tid_names)
     for node in ast.walk(fn):
         tests = []
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             tests.append(node.test)
         elif isinstance(node, ast.comprehension):
             tests.extend(node.ifs)
-        if any(isinstance(n, ast.Name) and n.id in tid_names for t in tests for n in ast.walk(t)):
-            return ()  # a thread may be kept from its access (``if i < n``)
+        elif isinstance(node, ast.For):
+            tests.append(node.iter)  # ``for k in range(n - i)``: a loop a thread may skip
+        if any(isinstance(n, ast.Name) and n.id in derived for t in tests for n in ast.walk(t)):
+            return ()  # a thread may be kept from its access (``if i < n``, ``ok = i < n`` then ``if ok``)
     found: list[tuple[str, int, int]] = []
     for node in ast.walk(fn):
         if not isinstance(node, ast.Subscript):
