@@ -34,8 +34,12 @@ SUFFIX = "__jarp_rt"
 
 
 def field_param(path: str) -> str:
-    """The variant's parameter name for the runtime value of struct field ``path`` (``"mat.E"``)."""
-    return path.replace(".", "__") + SUFFIX
+    """The variant's parameter name for the runtime value of struct field ``path`` (``"mat.E"``: ``mat__E__jarp_rt``).
+
+    Underscores inside a name are escaped (``_`` -> ``_u``), so ``__`` only ever separates names: the field
+    ``s.a__b`` and the nested field ``s.a.b`` get different parameters.
+    """
+    return "__".join(part.replace("_", "_u") for part in path.split(".")) + SUFFIX
 
 
 class _FieldReads(ast.NodeTransformer):
