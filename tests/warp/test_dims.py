@@ -134,6 +134,7 @@ def _in_poisoned_buffers(fn: Callable[..., Any], args: Sequence[Any], shapes: Se
     return out
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @pytest.mark.parametrize("where", ["construction", "call"])
 @over_kinds
 def test_pure_outputs_start_zero_filled(kind: Kind, where):
@@ -177,6 +178,7 @@ def test_in_out_argument(kind: Kind):
         np.testing.assert_array_equal(sums, init + matrix.sum(axis=1))
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @over_kinds
 def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):
     m = kind("rowsum_count", num_outputs=2, in_out_argnames=["sums"])
@@ -206,6 +208,7 @@ def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):
 # ======================================================================================================================
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @over_kinds
 def test_empty_arrays(kind: Kind):
     triple = kind("triple")
