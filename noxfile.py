@@ -14,6 +14,8 @@ requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` for
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.needs_version = ">=2024.3.2"
@@ -24,6 +26,9 @@ nox.options.sessions = ["lint", "tests", "docs"]
 
 PYTHON = "3.11"
 RUFF = "ruff>=0.17,<0.18"  # also pinned in pyproject's `dev` extra
+# Hypothesis's fixed-seed profile (tests/conftest.py): the same examples on every run, so that CI (which runs this
+# session through .ci/run) is repeatable. JARP_HYPOTHESIS_PROFILE=default brings back the random search.
+HYPOTHESIS = {"JARP_HYPOTHESIS_PROFILE": os.environ.get("JARP_HYPOTHESIS_PROFILE") or "ci"}
 # Keep a developer's own JAX precision setting out of the float32 runs.
 FLOAT32 = {"JAX_ENABLE_X64": "0"}
 
@@ -35,12 +40,17 @@ def tests(session: nox.Session) -> None:
     Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
     `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built.
 
+    Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
+    otherwise.
+
     pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
     """
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs, env=FLOAT32)
-    session.run("pytest", "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1"})
-    session.run("pytest", "-m", "launch_paths", *session.posargs, env={**FLOAT32, "JARP_LAUNCH": "python"})
+    session.run("pytest", *session.posargs, env={**FLOAT32, **HYPOTHESIS})
+    session.run("pytest", "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **HYPOTHESIS})
+    session.run(
+        "pytest", "-m", "launch_paths", *session.posargs, env={**FLOAT32, **HYPOTHESIS, "JARP_LAUNCH": "python"}
+    )
 
 
 @nox.session(python=PYTHON)

@@ -4,16 +4,39 @@ The suite runs in two processes: the default one (float32, ``jax_enable_x64``
 off) and one with ``JAX_ENABLE_X64=1`` that runs only the tests marked
 ``x64``. Precision is a process-wide JAX flag, so mixing both in one process
 would let one test's precision leak into another's traces.
+
+Hypothesis searches at random locally (its ``default`` profile) and replays the failures it found from its
+database (``.hypothesis/``). CI runs the ``ci`` profile: derandomised (the examples follow from each test's
+code, so a run is repeatable and a failure in CI fails again on any machine), with no deadline (a first call
+compiles). The profile is picked by ``JARP_HYPOTHESIS_PROFILE`` (``nox -s tests`` sets ``ci`` unless it is set
+already), else ``ci`` when ``CI`` is set (to anything but empty, ``0`` or ``false``), else ``default``.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import jax
 import pytest
+from hypothesis import settings
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_debug_key_reuse", True)
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+
+
+def hypothesis_profile(env: Mapping[str, str] = os.environ) -> str:
+    """The hypothesis profile for this run: ``JARP_HYPOTHESIS_PROFILE``, else ``ci`` under CI, else ``default``."""
+    chosen = env.get("JARP_HYPOTHESIS_PROFILE")
+    if chosen:
+        return chosen
+    return "ci" if env.get("CI", "").strip().lower() not in ("", "0", "false") else "default"
+
+
+settings.load_profile(hypothesis_profile())
 
 # The hostile-input tests' checks live in a support module: rewrite its asserts as pytest rewrites the tests' own.
 pytest.register_assert_rewrite("tests.warp.support.hostile")

@@ -108,7 +108,16 @@ def skip_post_init_if_disabled(
         table = Sorted(jnp.array([1, 2, 3]))
         with no_post_init():  # an invalid intermediate state, fixed up right after
             table = dataclasses.replace(table, keys=jnp.array([3, 1, 2]))
-        table = dataclasses.replace(table, keys=jnp.sort(table.keys))
+        assert table.keys.tolist() == [3, 1, 2]
+        table = dataclasses.replace(table, keys=jnp.sort(table.keys))  # validated again
+        assert table.keys.tolist() == [1, 2, 3]
+
+        try:  # outside `no_post_init` the check runs as usual
+            Sorted(jnp.array([2, 1]))
+        except ValueError as error:
+            assert str(error) == "keys must be sorted"
+        else:
+            raise AssertionError("an unsorted table was built")
         ```
     """
 

@@ -69,6 +69,25 @@ def test_same_keys_under_jit() -> None:
     np.testing.assert_array_equal(draw(jax.random.key(7)), eager)
 
 
+def _reference(rng: jax.Array, count: int, shape: tuple[int, ...] = ()) -> list[jax.Array]:
+    """The documented stream built by hand: the n-th key is ``fold_in(base, n)`` for ``(base,) = split(rng, 1)``."""
+    (base,) = jax.random.split(rng, 1)
+    keys = [jax.random.fold_in(base, n) for n in range(count)]
+    return keys if shape == () else [jax.random.split(k, shape) for k in keys]
+
+
+@pytest.mark.parametrize("make", [jax.random.key, jax.random.PRNGKey], ids=["typed", "raw"])
+@pytest.mark.parametrize("shape", [(), (2, 3)], ids=["single", "batch"])
+def test_stream_matches_a_hand_built_reference_eagerly_and_under_jit(make, shape) -> None:
+    expected = np.stack([np.asarray(jax.random.key_data(k)) for k in _reference(make(7), 6, shape)])
+
+    def draw(rng: jax.Array) -> jax.Array:
+        return jnp.stack([jax.random.key_data(k) for k, _ in zip(key_chain(rng, shape), range(6), strict=False)])
+
+    np.testing.assert_array_equal(draw(make(7)), expected)
+    np.testing.assert_array_equal(jax.jit(draw)(make(7)), expected)
+
+
 def test_under_vmap() -> None:
     def noise(rng: jax.Array) -> jax.Array:
         keys = key_chain(rng)

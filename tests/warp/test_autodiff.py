@@ -20,7 +20,7 @@ from jax.test_util import check_grads
 from jarp.warp import jax_callable, jax_kernel
 from tests.warp.support import kernels as k
 from tests.warp.support.kernels import N_SPRING, STIFFNESS, spring_data
-from tests.warp.support.kinds import Kind, over_kinds
+from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
 
 from .support import kernels_ad as K
 
@@ -311,6 +311,49 @@ def test_grad_and_vmap_compose(kind: Kind):
     b0 = jnp.asarray(Bm[0])
     db = jax.grad(lambda b: jnp.sum(jax.vmap(lambda a: m(a, b, 1.5)[0])(jnp.asarray(A))))(b0)
     np.testing.assert_allclose(db, np.sum(2.0 * (A * 1.5 + Bm[0][None, :]), axis=0), rtol=1e-5)
+
+
+_CALLABLE_IN_OUT_REPLAY = (
+    "known bug: the taped backward of a jax_callable reruns the function on the in-out's operand buffer, so the "
+    "adjoint reads the value after the launch (d/dx = w * s_out) and the caller's array is overwritten"
+)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [KERNEL, pytest.param(CALLABLE, marks=pytest.mark.xfail(strict=True, reason=_CALLABLE_IN_OUT_REPLAY))],
+    ids=lambda kind: kind.name,
+)
+def test_in_out_gradient_reads_the_incoming_value(kind: Kind):
+    # grow: s += s * x with `s` in-out. d/dx sum(w * s_out) = w * s and d/ds = w * (1 + x) depend on the value `s` held
+    # before the launch: an adjoint that replays from anything else (the zeroed stand-in of the result) gets them wrong.
+    m = kind("grow", in_out_argnames=["s"], enable_backward=True)
+    x = np.array([1.5, 0.25, -3.0], np.float32)
+    s = np.array([0.5, -1.0, 2.0], np.float32)
+    w = np.array([1.0, 2.0, -0.5], np.float32)
+
+    def loss(x, s, w):
+        return jnp.sum(m(x, s)[0] * w)
+
+    np.testing.assert_allclose(m(jnp.asarray(x), jnp.asarray(s))[0], s + s * x, rtol=1e-6)
+    for grad_fn in (jax.grad(loss, argnums=(0, 1)), jax.jit(jax.grad(loss, argnums=(0, 1)))):
+        s_in = jnp.asarray(s)
+        dx, ds = grad_fn(jnp.asarray(x), s_in, jnp.asarray(w))
+        np.testing.assert_allclose(dx, w * s, rtol=1e-6)
+        np.testing.assert_allclose(ds, w * (1 + x), rtol=1e-6)
+        np.testing.assert_array_equal(s_in, s)  # the backward pass left the caller's array alone
+
+    # batched: a different incoming `s` per slice, then one `s` shared by every slice (its cotangents summed)
+    rng = np.random.default_rng(13)
+    xs, ss, ws = (rng.normal(size=(B, 3)).astype(np.float32) for _ in range(3))
+    for wrap in (lambda f: f, jax.jit):
+        dx, ds = wrap(jax.vmap(jax.grad(loss, argnums=(0, 1))))(jnp.asarray(xs), jnp.asarray(ss), jnp.asarray(ws))
+        np.testing.assert_allclose(dx, ws * ss, rtol=1e-5)
+        np.testing.assert_allclose(ds, ws * (1 + xs), rtol=1e-5)
+        shared = wrap(jax.grad(lambda xs, s: jnp.sum(jax.vmap(loss, in_axes=(0, None, 0))(xs, s, ws)), argnums=(0, 1)))
+        dx, ds = shared(jnp.asarray(xs), jnp.asarray(s))
+        np.testing.assert_allclose(dx, ws * s[None, :], rtol=1e-5)
+        np.testing.assert_allclose(ds, np.sum(ws * (1 + xs), axis=0), rtol=1e-5)
 
 
 @over_kinds

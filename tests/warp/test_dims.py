@@ -6,9 +6,14 @@ or per call; a ``JaxCallable``'s default follows its first array input), pure ou
 launch, in-out arguments returned first, and empty arrays.
 
 Tests run over both kinds (``support/kinds.py``) where both have the feature; values are checked against NumPy.
+Zero-fill is checked in buffers filled with a sentinel first (`_in_poisoned_buffers`): a fresh XLA buffer is often
+zero already, so a result that merely happens to start at zero proves nothing.
 """
 
+import warnings
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -110,6 +115,26 @@ def test_callable_vecmat_output_dims_forms(construction, call):
 # ======================================================================================================================
 
 
+SENTINEL = 1000.0
+
+
+def _in_poisoned_buffers(fn: Callable[..., Any], args: Sequence[Any], shapes: Sequence[tuple[int, ...]]) -> Any:
+    """``fn(*args)`` under ``jax.jit``, its float32 results written into buffers that hold `SENTINEL` beforehand.
+
+    One buffer of each result's shape, filled with the sentinel, is donated to the jitted call: XLA places the results
+    in them (it warns of a donated buffer it could not use, which fails here), so a launch that does not zero-fill its
+    outputs returns the sentinel plus what it accumulated.
+    """
+    poison = [jnp.full(shape, SENTINEL, jnp.float32) for shape in shapes]
+    f = jax.jit(lambda args, poison: fn(*args), donate_argnums=1, keep_unused=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*donated buffers were not usable")
+        out = f(tuple(args), poison)
+    assert all(p.is_deleted() for p in poison)
+    return out
+
+
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @pytest.mark.parametrize("where", ["construction", "call"])
 @over_kinds
 def test_pure_outputs_start_zero_filled(kind: Kind, where):
@@ -134,6 +159,13 @@ def test_pure_outputs_start_zero_filled(kind: Kind, where):
         np.testing.assert_array_equal(x, expected)
         np.testing.assert_array_equal(y, expected)
         np.testing.assert_array_equal(z, 2.0 * expected)
+    (out,) = _in_poisoned_buffers(m, (bins, weights), [(N_BINS,)])
+    np.testing.assert_array_equal(out, expected)
+    # under vmap every slice of the batched output is zero-filled, not only the first
+    batched = jax.vmap(m, in_axes=(None, 0))
+    weights3 = jnp.stack([weights, 2 * weights, -weights])
+    (out,) = _in_poisoned_buffers(batched, (bins, weights3), [(3, N_BINS)])
+    np.testing.assert_array_equal(out, np.stack([expected, 2 * expected, -expected]))
 
 
 @over_kinds
@@ -146,6 +178,7 @@ def test_in_out_argument(kind: Kind):
         np.testing.assert_array_equal(sums, init + matrix.sum(axis=1))
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @over_kinds
 def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):
     m = kind("rowsum_count", num_outputs=2, in_out_argnames=["sums"])
@@ -164,6 +197,10 @@ def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):
         sums, counts = fn(jnp.asarray(matrices), jnp.asarray(inits))
         np.testing.assert_array_equal(sums, inits + matrices.sum(axis=2))
         np.testing.assert_array_equal(counts, np.full((2, 3), 4.0, np.float32))
+    for fn, args, shape in ((call, (matrix, init), (3,)), (batched, (matrices, inits), (2, 3))):
+        sums, counts = _in_poisoned_buffers(fn, [jnp.asarray(a) for a in args], [shape, shape])
+        np.testing.assert_array_equal(sums, args[1] + args[0].sum(axis=-1))
+        np.testing.assert_array_equal(counts, np.full(shape, 4.0, np.float32))
 
 
 # ======================================================================================================================
@@ -171,6 +208,7 @@ def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):
 # ======================================================================================================================
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @over_kinds
 def test_empty_arrays(kind: Kind):
     triple = kind("triple")
@@ -182,3 +220,6 @@ def test_empty_arrays(kind: Kind):
     assert y.shape == (0, 4)
     (h,) = kind("scatter_add")(jnp.zeros(0, jnp.int32), jnp.zeros(0, jnp.float32), output_dims=3)
     np.testing.assert_array_equal(h, np.zeros(3, np.float32))  # nothing launched, still zero-filled
+    scatter = partial(kind("scatter_add"), output_dims=3)
+    (h,) = _in_poisoned_buffers(scatter, (jnp.zeros(0, jnp.int32), jnp.zeros(0, jnp.float32)), [(3,)])
+    np.testing.assert_array_equal(h, np.zeros(3, np.float32))

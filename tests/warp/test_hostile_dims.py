@@ -185,6 +185,18 @@ def test_launch_dims_forms(name, data):
         check_result(run(), [place(case.expected(arrays), launch, dims, case.out.inner)])
 
 
+@pytest.mark.parametrize("where", ["call", "module"])
+@pytest.mark.parametrize("form", [(4, 1), [2, 2]], ids=["tuple", "list"])
+def test_a_launch_with_more_dims_than_its_output_is_refused(form, where):
+    # found by test_launch_dims_forms (commit 8470536): an output with fewer array dims than the launch took the first
+    # input's shape; only an output with more dims than the launch does (Warp's rule), this one is refused
+    case = CASES["affine"]
+    a = jnp.arange(4, dtype=jnp.float32)
+    with pytest.raises(ERRORS) as excinfo:
+        case.kernel(a, launch_dims=form) if where == "call" else case.module("kernel", launch_dims=form)(a)
+    check_error(excinfo, "launch dims")
+
+
 def test_jax_callable_has_no_launch_dims():
     with pytest.raises(TypeError, match="launch_dims"):
         CASES["affine"].func(jnp.ones(3), launch_dims=3)

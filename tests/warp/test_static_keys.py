@@ -265,3 +265,124 @@ def test_float16_static_round_trips_as_wp_launch_packs_it(a: float, b: float) ->
             assert np.isnan(out).all(), (s, out)
         else:
             assert out.view(np.uint16).tolist() == expected.view(np.uint16).tolist(), (s, out, expected)
+
+
+# --- NumPy scalars: keyed by meaning like the Python numbers they hold ------------------------------------------------
+# An eager call keys its executable by its static values (`_eager._freeze`); a NumPy float kept as it is there would
+# compare by NumPy equality (np.float32(-0.0) == np.float16(0.0)), so the second of two such calls would reuse the
+# first one's executable and its baked-in value.
+
+NP_FLOATS = (np.float16, np.float32, np.float64)
+
+
+def _signed_zeros() -> list[Any]:
+    """-0.0 and 0.0 of every NumPy float type and as Python floats, each sign following the other at least once."""
+    return [t(v) for v in (0.0, -0.0, 0.0) for t in (*NP_FLOATS, float)] + [np.float32(-0.0), np.float64(0.0)]
+
+
+def _float32_of(s: Any) -> np.float32:
+    with np.errstate(over="ignore", under="ignore"):
+        return np.float32(s)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_numpy_signed_zero_divisors(mode: str) -> None:
+    k = jax_kernel(K.divide_kernel)
+    x = jnp.asarray(X)
+    for s in _signed_zeros():
+        (out,) = k(x, s) if mode == "eager" else jax.jit(lambda x, s=s: k(x, s))(x)
+        expected = _divide_ref(_float32_of(s))
+        assert np.signbit(expected[1]) == np.signbit(s)  # 1 / -0.0 is -inf
+        np.testing.assert_array_equal(out, expected, err_msg=f"{type(s).__name__}({s})")
+
+
+# subnormals of each type (float32 ones survive XLA's flush-to-zero: executors pack statics outside it), values that
+# round to a signed zero in float32, and the largest half
+_NP_VALUES = [
+    np.float16(6e-8),
+    np.float16(-6e-8),
+    np.float16(-0.0),
+    np.float16(65504.0),
+    np.float32(1e-45),
+    np.float32(-1e-45),
+    np.float32(1e-40),
+    np.float32(-0.0),
+    np.float64(5e-324),
+    np.float64(-5e-324),
+    np.float64(1e-40),
+    np.float64(-1e-40),
+    np.float64(-0.0),
+    np.float32(0.0),
+]
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_numpy_float_statics_reach_the_kernel_bit_exact(mode: str) -> None:
+    k = jax_kernel(K.write_f32_kernel)
+    x = jnp.zeros(2, jnp.float32)
+    for s in (*_NP_VALUES, *reversed(_NP_VALUES)):
+        (out,) = k(x, s) if mode == "eager" else jax.jit(lambda x, s=s: k(x, s))(x)
+        expected = np.full(2, _float32_of(s))
+        assert _same_float32(out, expected), (type(s).__name__, s, np.asarray(out))
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_numpy_half_statics_reach_the_kernel_bit_exact(mode: str) -> None:
+    k = jax_kernel(K.write_f16_kernel)
+    x = jnp.zeros(2, jnp.float16)
+    values = [np.float16(6e-8), np.float16(-0.0), np.float16(0.0), np.float32(-0.0), np.float64(0.0), np.float16(-6e-8)]
+    for s in (*values, *reversed(values)):
+        (out,) = k(x, s) if mode == "eager" else jax.jit(lambda x, s=s: k(x, s))(x)
+        expected = _wp_write_f16(s.item())
+        assert np.asarray(out).view(np.uint16).tolist() == expected.view(np.uint16).tolist(), (s, np.asarray(out))
+        assert expected.view(np.uint16)[0] == np.float16(s).view(np.uint16)  # the reference is NumPy's rounding
+
+
+@pytest.mark.parametrize("dtype", NP_FLOATS)
+def test_numpy_nan_static_makes_one_plan_and_one_eager_executable(dtype: type) -> None:
+    k = jax_kernel(K.write_f32_kernel)
+    x = jnp.zeros(3, jnp.float32)
+    executable = _eager._executables.get(k)
+    plans, executables = len(_registry.registry), executable._cache_size()
+    for s in _nans():
+        (out,) = k(x, dtype(s))
+        assert np.isnan(np.asarray(out)).all()
+        (out,) = jax.jit(lambda x, s=s: k(x, dtype(s)))(x)
+        assert np.isnan(np.asarray(out)).all()
+    assert len(_registry.registry) - plans <= 1
+    assert executable._cache_size() - executables <= 1
+
+
+# (n, f, b) for mixed_kernel: NumPy ints, floats and bools next to the Python numbers they equal, values alternating
+_MIXED = [
+    (0, 0.0, False),
+    (np.int32(0), np.float32(-0.0), np.bool_(False)),
+    (np.int64(3), np.float16(0.5), np.bool_(True)),
+    (3, 0.5, True),
+    (np.uint8(3), np.float64(0.5), True),
+    (True, np.float32(1.0), np.bool_(True)),
+    (np.bool_(True), 1.0, 1),
+    (np.int8(-2), np.float32(1e-45), np.float32(1.0)),
+    (-2, np.float64(-0.0), np.int64(0)),
+    (np.int16(0), np.float16(0.0), np.float64(0.0)),
+]
+
+
+def _mixed_ref(n: Any, f: Any, b: Any) -> np.ndarray:
+    return X + np.float32(int(n)) + _float32_of(f) + np.float32(100.0 if bool(b) else 0.0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_numpy_ints_floats_and_bools_next_to_python_ones(mode: str) -> None:
+    k = jax_kernel(K.mixed_kernel)
+    c = jax_callable(K.record_statics)
+    x = jnp.asarray(X)
+    K.SEEN.clear()
+    for args in (*_MIXED, *reversed(_MIXED)):
+        for m in (k, c):
+            (out,) = m(x, *args) if mode == "eager" else jax.jit(lambda x, m=m, args=args: m(x, *args))(x)
+            np.testing.assert_array_equal(out, _mixed_ref(*args), err_msg=f"{m.__class__.__name__}{args}")
+    jax.effects_barrier()
+    expected = [(int(n), float(_float32_of(f)), bool(b)) for n, f, b in (*_MIXED, *reversed(_MIXED))]
+    assert [(n, f, b) for n, f, b in K.SEEN] == expected
+    assert all(math.copysign(1.0, f) == math.copysign(1.0, e[1]) for (_, f, _), e in zip(K.SEEN, expected, strict=True))

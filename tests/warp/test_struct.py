@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 import warp as wp
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jarp.warp._struct import struct
@@ -107,6 +107,7 @@ def test_default_instance_follows_floating() -> None:
         assert type(Params()) is type(Params[wp.float64]())
 
 
+@settings(deadline=None)  # the first example compiles the kernels (a cold Warp cache takes seconds)
 @given(value=st.floats(-1e6, 1e6))
 def test_kernels_see_fields_in_the_precision_of_the_dtype(value: float) -> None:
     p32 = Params(scale=value)

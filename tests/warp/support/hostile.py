@@ -35,10 +35,12 @@ from tests.warp.support import kernels_hostile as kh
 ERRORS = (TypeError, ValueError)
 HANG_LIMIT = 300  # seconds per test (first compiles included); a hang dumps every thread's stack and ends the run
 
+# No deadline: an example may be the first to compile a kernel. The example database stays on (the profile's: a local
+# run replays the failures it found before; the derandomised `ci` profile has none), and a case a property found once is
+# kept as a plain test next to it.
 fuzz = partial(
     settings,
     deadline=None,
-    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
 

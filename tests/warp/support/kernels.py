@@ -234,6 +234,14 @@ def rowsum_count_kernel(
 
 
 @wp.kernel
+def grow_kernel(x: wp.array(dtype=float), s: wp.array(dtype=float)):
+    # `s` is in-out and read before it is written: the derivative with respect to `x` is the incoming `s`, so the
+    # adjoint must replay from the value before the launch (d/dx sum(s + s x) = s, d/ds = 1 + x)
+    i = wp.tid()
+    wp.atomic_add(s, i, s[i] * x[i])
+
+
+@wp.kernel
 def spring_kernel(
     positions: wp.array(dtype=wp.vec3),
     weights: wp.array(dtype=float),
@@ -278,6 +286,10 @@ def vecmat_func(
 def rowsum_func(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
     # `sums` is in-out: the row sums are added to its incoming values
     wp.launch(rowsum_kernel, dim=matrix.shape, inputs=[matrix, sums])
+
+
+def grow_func(x: wp.array(dtype=float), s: wp.array(dtype=float)):
+    wp.launch(grow_kernel, dim=x.shape, inputs=[x, s])
 
 
 def reverse_func(a: wp.array(dtype=float), out: wp.array(dtype=float)):

@@ -21,6 +21,7 @@ from tests.warp.support import kernels as k
 ROLES = (
     "add",
     "gather",
+    "grow",
     "reverse",
     "rowsum",
     "rowsum_count",
