@@ -321,7 +321,7 @@ _CALLABLE_IN_OUT_REPLAY = (
 
 @pytest.mark.parametrize(
     "kind",
-    [KERNEL, pytest.param(CALLABLE, marks=pytest.mark.xfail(strict=True, reason=_CALLABLE_IN_OUT_REPLAY))],
+    [KERNEL, CALLABLE],
     ids=lambda kind: kind.name,
 )
 def test_in_out_gradient_reads_the_incoming_value(kind: Kind):

@@ -435,7 +435,7 @@ class _CallableExecutor(_Executor):
                 _warp_internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
         func: Callable[..., Any] = plan.target
         for s in range(self.nslices):
-            args = []
+            args, in_out = [], []
             for param in plan.params:
                 b = param.primal
                 if b.source == "static":
@@ -448,19 +448,27 @@ class _CallableExecutor(_Executor):
                 if self.adjoint:
                     grad = self._array(param.spec, param.adjoint, ops, res, s)
                 args.append(self._array(param.spec, b, ops, res, s, grad))
+                if param.spec.in_out:
+                    in_out.append(args[-1])
             if stream is None:
-                self._call(func, args)
+                self._call(func, args, in_out)
             else:
                 with wp.ScopedStream(stream, sync_enter=False):
-                    self._call(func, args)
+                    self._call(func, args, in_out)
 
-    def _call(self, func: Callable[..., Any], args: list[Any]) -> None:
+    def _call(self, func: Callable[..., Any], args: list[Any], in_out: list[Any]) -> None:
         if not self.adjoint:
             func(*args)
             return
+        # The taped forward run writes the in-out arrays (a copy of the caller's values: see `adjoint_plan`), and
+        # Warp's backward kernels read their arrays as they are when the tape plays back; put back the values from
+        # before the launch first, as a kernel's backward entry point sees them.
+        before = [wp.clone(a, requires_grad=False) for a in in_out]
         tape = wp.Tape()
         with tape:
             func(*args)
+        for a, value in zip(in_out, before, strict=True):
+            wp.copy(a, value)
         tape.backward()
 
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import warp as wp
 
 from .._plan import _dtypes
-from .._plan._values import Binding, Buffer, Param, Plan
+from .._plan._values import Binding, Buffer, Param, Plan, Runs
 from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind, forward_mode_error
 
@@ -34,6 +34,7 @@ def adjoint_plan(plan: Plan) -> Plan:
     n_ops, n_res = len(plan.operands), len(plan.results)
     in_out = {res: op for op, res in plan.in_out_aliases}
     params = []
+    replays: list[int] = []  # callables: the forward operands their in-out replays run on a copy of
     for p in plan.params:
         b = p.primal
         if b.source == "operand":
@@ -41,9 +42,14 @@ def adjoint_plan(plan: Plan) -> Plan:
         elif b.source == "result" and b.index in in_out:
             # In-out: replay from the value before the launch; the incoming cotangent buffer
             # accumulates the adjoint of the reads and becomes the input's cotangent.
-            params.append(
-                Param(p.spec, Binding("operand", in_out[b.index]), Binding("result", n_ops + n_res + b.index))
-            )
+            primal = Binding("operand", in_out[b.index])
+            if plan.runs is Runs.CALLABLE:
+                # A callable's taped replay runs its function again, which writes the in-out array: give it a
+                # copy of the value before the launch (a result aliased to that operand), never the caller's
+                # buffer. (A kernel's backward entry point replays without storing.)
+                primal = Binding("result", n_ops + 2 * n_res + len(replays))
+                replays.append(in_out[b.index])
+            params.append(Param(p.spec, primal, Binding("result", n_ops + n_res + b.index)))
         elif b.source == "result":
             params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
         elif b.source == "struct":
@@ -58,9 +64,10 @@ def adjoint_plan(plan: Plan) -> Plan:
         adjoint=True,
         params=tuple(params),
         operands=plan.operands + cotangents,
-        results=plan.operands + plan.results + cotangents,
+        results=plan.operands + plan.results + cotangents + tuple(plan.operands[op] for op in replays),
         zero_results=tuple(range(n_ops + n_res)),
-        aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res)),
+        aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res))
+        + tuple((op, n_ops + 2 * n_res + k) for k, op in enumerate(replays)),
         batch_shape=(),
         operand_batch=(),
         protected=(),
