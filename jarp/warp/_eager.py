@@ -159,7 +159,7 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
         statics = [(i, _freeze(a)) for i, a in statics]
         key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
         # Warp settings read at trace time that pick another build of the kernel.
-        key += (("wp.config.enable_cpu_blocks", bool(wp.config.enable_cpu_blocks)),)
+        key += (("wp.config.enable_cpu_blocks", bool(wp.config.enable_cpu_blocks)), ("wp.config.mode", wp.config.mode))
         hash((treedef, tuple(statics), key))
     except TypeError:
         return None

@@ -117,6 +117,11 @@ class JaxKernel(AbstractWarpModule):
         vjp: a jarp module giving reverse-mode derivatives: ``vjp(*inputs,
             *cotangents)`` returns one cotangent per floating-point array input,
             given one cotangent per output. Replaces Warp's adjoint.
+        bounds_check: build the kernel in Warp's debug mode, which checks every array index, so an
+            out-of-bounds index raises an error naming the kernel instead of reading or writing past
+            the array (on the CPU jarp guards the launch; on CUDA Warp's device-side check fails the
+            launch). Slower; for finding bugs. ``wp.config.mode = "debug"`` (or the module option
+            ``"mode": "debug"``) gives the same for every kernel.
         block_dim: threads per block (as in ``wp.jax_kernel(..., block_dim=...)``; None:
             Warp's default, 256 on CUDA and 1 on the CPU). Tile kernels need it to match
             their tile sizes; launch them over ``(*grid, block_dim)`` as ``wp.launch_tiled``
@@ -141,6 +146,7 @@ class JaxKernel(AbstractWarpModule):
     jvp: Callable[..., Any] | None = value_callable_field()
     vjp: Callable[..., Any] | None = value_callable_field()
     block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
+    bounds_check: bool = eqx.field(static=True, default=False, converter=bool)
 
     def __check_init__(self) -> None:
         if not isinstance(self.kernel, wp.Kernel):
@@ -202,6 +208,8 @@ class JaxKernel(AbstractWarpModule):
     def _plan(self, target: wp.Kernel, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
+        if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
+            target = _runtime_scalars.bounds_checked(target)
         requested = options.get("launch_dims")
         dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
         results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
@@ -219,6 +227,7 @@ class JaxKernel(AbstractWarpModule):
             graph_compatible=True,
             name=f"jax_kernel({target.key})",
             block_dim=block_dim,
+            bounds_checked=_warp_internals.kernel_mode(target) == "debug",
         )
 
 

@@ -28,6 +28,7 @@ class JaxKernelOptions(TypedDict, total=False):
     jvp: Callable[..., Any] | None
     vjp: Callable[..., Any] | None
     block_dim: int | None
+    bounds_check: bool
 
 
 class JaxKernelCallOptions(TypedDict, total=False):

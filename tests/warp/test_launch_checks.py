@@ -167,3 +167,64 @@ def test_a_kernel_guarded_through_a_local_runs() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     (y,) = jax_kernel(kr.alias_guarded_copy, launch_dims=8, output_dims=4)(x, 4)  # was refused
     np.testing.assert_allclose(y, x)
+
+
+_BOUNDS_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import warp as wp
+from jarp.warp import jax_kernel
+from tests.warp.support import kernels_bounds as kb
+if sys.argv[1] == "config":
+    wp.config.mode = "debug"  # Warp's own switch: every kernel built with its bounds checks
+    m = jax_kernel(kb.gather, enable_backward=True)
+else:
+    m = jax_kernel(kb.gather, bounds_check=True, enable_backward=True)
+x = jnp.arange(4.0, dtype=jnp.float32)
+good, bad = jnp.asarray([3, 0, 1, 2], jnp.int32), jnp.asarray([3, 0, 9, 2], jnp.int32)
+print("good", np.asarray(m(x, good)[0]).tolist())
+for name, call in (("eager", lambda: m(x, bad)[0]), ("jit", lambda: jax.jit(lambda i: m(x, i)[0])(bad)),
+                   ("grad", lambda: jax.grad(lambda x: jnp.sum(m(x, bad)[0]))(x))):
+    try:
+        np.asarray(call())
+        print(name, "ran")
+    except Exception as e:
+        print(name, "error:", type(e).__name__, "gather" in str(e), "out of bounds" in str(e))
+print("after", np.asarray(jax.grad(lambda x: jnp.sum(m(x, good)[0]))(x)).tolist())
+"""
+
+
+@pytest.mark.parametrize("how", ["option", "config"])
+def test_bounds_checked_launches_turn_an_out_of_bounds_index_into_an_error(how: str) -> None:
+    # A data-dependent index past the array: Warp's debug build checks it; on the CPU a failed check would abort
+    # the process, and jarp's guard makes it an error naming the kernel. In a fresh process: were the guard gone,
+    # the run would end there.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run(
+        [sys.executable, "-c", _BOUNDS_SCRIPT, how],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.split(" ", 1)[0] in _EXPECTED)
+    assert lines == _EXPECTED, run.stdout + run.stderr[-2000:]
+    assert "Assertion failed" in run.stderr  # Warp's own report of the check, with its line
+
+
+_EXPECTED = {
+    "good": "[6.0, 0.0, 2.0, 4.0]",
+    "eager": "error: RuntimeError True True",
+    "jit": "error: JaxRuntimeError True True",
+    "grad": "error: RuntimeError True True",  # eager: the original exception, re-raised as it was
+    "after": "[2.0, 2.0, 2.0, 2.0]",
+}
+
+
+def test_bounds_check_is_an_option_of_the_module() -> None:
+    assert jax_kernel(kb.gather, bounds_check=True) != jax_kernel(kb.gather)
+    (y,) = jax_kernel(kb.gather, bounds_check=True)(jnp.arange(4.0, dtype=jnp.float32), jnp.asarray([1, 1, 0, 3]))
+    np.testing.assert_allclose(y, [2.0, 2.0, 0.0, 6.0])

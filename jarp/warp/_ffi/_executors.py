@@ -26,7 +26,7 @@ import warp as wp
 from .._plan import _dtypes
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
-from . import _errors, _native, _struct_bytes
+from . import _errors, _guard, _native, _struct_bytes
 from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._registry import ReleasedPlanError, registry
@@ -292,6 +292,14 @@ class _CpuKernelExecutor(_KernelExecutor):
             self.fn = _ENTRY_BACKWARD(self.entry.backward)
         else:
             self.fn = _ENTRY_FORWARD(self.entry.forward)
+        if plan.bounds_checked:
+            # Warp's debug build aborts the process on a failed index check: launch under jarp's guard instead.
+            if not _guard.available():
+                raise RuntimeError(
+                    f"{plan.name}: bounds-checked CPU launches (bounds_check=True, or Warp's debug mode) need "
+                    "Linux's signals to turn a failed check into an error; run without them here."
+                )
+            self.fn = self._guarded
         self.bounds_addr = ctypes.addressof(self.bounds)
         # (word in the argument block, 0/1 for the frame's argument/result array, byte offset of the buffer in it)
         self.fast = None
@@ -325,8 +333,20 @@ class _CpuKernelExecutor(_KernelExecutor):
                 self._raise_block_error()
 
     def describe(self) -> _native.LaunchDescriptor | None:
-        # Cooperative blocks record errors the Python path reports after each launch.
-        return None if self.cooperative else super().describe()
+        # Cooperative blocks record errors the Python path reports after each launch; bounds-checked launches run
+        # under the guard, which the Python path calls.
+        return None if self.cooperative or self.plan.bounds_checked else super().describe()
+
+    def _guarded(self, bounds: int, *blocks: Any) -> None:
+        entry = self.entry.backward if self.adjoint else self.entry.forward
+        signal = _guard.call(entry, bounds, *(ctypes.addressof(b) for b in blocks))
+        if signal:
+            raise RuntimeError(
+                f"{self.plan.name}: kernel {self.plan.target.key!r} indexed an array out of bounds on the CPU: Warp's "
+                f"bounds check failed (signal {signal}; Warp printed the check and its line to stderr) and jarp "
+                "stopped the launch, so this call's outputs are incomplete. Fix the index, or the length of the "
+                "array it reads."
+            )
 
     def _raise_block_error(self) -> None:
         message = _warp_internals.cpu_block_error()

@@ -28,6 +28,7 @@ def build_plan(
     graph_compatible: bool,
     name: str,
     block_dim: int | None = None,
+    bounds_checked: bool = False,
 ) -> Plan:
     """The forward plan of one call.
 
@@ -42,6 +43,7 @@ def build_plan(
         graph_compatible: whether XLA may capture the call in a CUDA graph.
         name: the plan's name for messages and inspection.
         block_dim: threads per block (kernels; None for Warp's default).
+        bounds_checked: whether the kernel is built with Warp's bounds checks (debug mode).
     """
     if runs is Runs.KERNEL:
         _launch_checks.check_launch(target, launch_dims, block_dim, name)
@@ -93,6 +95,7 @@ def build_plan(
         name=name,
         block_dim=block_dim,
         cpu_blocks=bool(runs is Runs.KERNEL and block_dim is not None and wp.config.enable_cpu_blocks),
+        bounds_checked=bounds_checked,
     )
 
 

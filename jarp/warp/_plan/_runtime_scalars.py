@@ -154,32 +154,41 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     ]
     fn.body = body[:start] + reads + body[start:]
     source = ast.unparse(ast.fix_missing_locations(tree))
-
-    annotations = {}
-    sig_params = []
-
-    def add(name: str, warp_type: Any) -> None:
-        annotations[name] = warp_type
-        sig_params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=warp_type))
-
+    new_params: list[tuple[str, Any]] = []
     for name, warp_type in params:
-        if name in scalars:
-            add(name + SUFFIX, wp.array(dtype=warp_type))
-        else:
-            add(name, warp_type)
-        for f in fields:
-            if f.split(".")[0] == name:
-                add(field_param(f), wp.array(dtype=field_types[f]))
+        new_params.append((name + SUFFIX, wp.array(dtype=warp_type)) if name in scalars else (name, warp_type))
+        new_params.extend((field_param(f), wp.array(dtype=field_types[f])) for f in fields if f.split(".")[0] == name)
+    tag = "_".join(n.replace(".", "__") for n in names)
+    return rebuild(kernel, source, tuple(new_params), f"{SUFFIX}_{tag}")
+
+
+def rebuild(
+    kernel: wp.Kernel, source: str, params: tuple[tuple[str, Any], ...], tag: str, options: dict[str, Any] | None = None
+) -> wp.Kernel:
+    """A new kernel from ``source`` with parameters ``params`` (concrete Warp types), in a module of its own.
+
+    Its name and module name are ``kernel``'s with ``tag`` appended; ``options`` are the new module's options. The
+    function object carries ``kernel``'s code, globals and closure (what the source's names resolve against) and
+    the given parameters as its signature, so a concrete overload of a generic kernel stays concrete.
+    """
+    annotations = dict(params)
+    sig_params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
     base = kernel.func
     func = types.FunctionType(base.__code__, base.__globals__, base.__name__, base.__defaults__, base.__closure__)
     func.__qualname__ = base.__qualname__
     func.__module__ = base.__module__
     func.__signature__ = inspect.Signature(sig_params)  # type: ignore[attr-defined]
     func.__annotations__ = annotations
-    tag = "_".join(n.replace(".", "__") for n in names)
-    key = f"{kernel.key}{SUFFIX}_{tag}"
-    module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{SUFFIX}_{tag}"
-    return _warp_internals.make_kernel(func, source, key, module_name)
+    key = f"{kernel.key}{tag}"
+    module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{tag}"
+    return _warp_internals.make_kernel(func, source, key, module_name, options)
+
+
+@weak_cache(lock=_warp_internals.warp_lock)
+def bounds_checked(kernel: wp.Kernel) -> wp.Kernel:
+    """``kernel`` (a concrete overload, or a runtime variant) built in Warp's debug mode: every index is checked."""
+    source = _warp_internals.kernel_source(kernel)
+    return rebuild(kernel, source, _warp_internals.kernel_params(kernel), "__jarp_checked", {"mode": "debug"})
 
 
 def _field_type(params: Any, path: str) -> Any:

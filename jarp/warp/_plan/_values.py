@@ -113,6 +113,8 @@ class Plan:
         cpu_blocks: ``wp.config.enable_cpu_blocks`` when the call was traced. It decides the
             CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
             (and a new executor) instead of reusing one loaded under the old setting.
+        bounds_checked: the kernel is built in Warp's debug mode (every index checked); its CPU launches
+            run under jarp's guard (`jarp.warp._ffi._guard`), which turns a failed check into an error.
     """
 
     runs: Runs
@@ -133,6 +135,7 @@ class Plan:
     name: str = ""
     block_dim: int | None = None
     cpu_blocks: bool = False
+    bounds_checked: bool = False
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

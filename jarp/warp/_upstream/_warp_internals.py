@@ -158,14 +158,25 @@ def kernel_source(kernel: wp.Kernel) -> str:
     return kernel.adj.source
 
 
-def make_kernel(func: Callable[..., Any], source: str, key: str, module_name: str) -> wp.Kernel:
+def make_kernel(
+    func: Callable[..., Any], source: str, key: str, module_name: str, options: dict[str, Any] | None = None
+) -> wp.Kernel:
     """Build a kernel from explicit source in its own module (so the original module is not rebuilt).
 
     ``func`` supplies the parameter annotations (``__signature__``/``__annotations__``),
-    globals and closure that the source's names resolve against.
+    globals and closure that the source's names resolve against; ``options`` are module options
+    (``{"mode": "debug"}``) of the new module.
     """
     with _WARP_LOCK:
-        return wp.Kernel(func, key=key, module=wp.get_module(module_name), source=source)
+        module = wp.get_module(module_name)
+        if options:
+            module.options.update(options)
+        return wp.Kernel(func, key=key, module=module, source=source)
+
+
+def kernel_mode(kernel: wp.Kernel) -> str:
+    """The build mode of ``kernel``'s module: its own ``"mode"`` option, else ``wp.config.mode``."""
+    return kernel.module.options.get("mode") or wp.config.mode
 
 
 def contiguous_array(warp_ndim: int, shape: Sequence[int], element_bytes: int) -> ArrayStruct:

@@ -42,3 +42,10 @@ def guarded_copy(x: wp.array(dtype=wp.float32), n: int, y: wp.array(dtype=wp.flo
 def grid_sum(a: wp.array2d(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
     i, j = wp.tid()
     wp.atomic_add(out, 0, a[i, j])
+
+
+@wp.kernel
+def gather(x: wp.array(dtype=wp.float32), idx: wp.array(dtype=wp.int32), y: wp.array(dtype=wp.float32)):
+    # A data-dependent index (connectivity, a lookup table): only a check at run time can catch a bad one.
+    i = wp.tid()
+    y[i] = 2.0 * x[idx[i]]
