@@ -8,6 +8,7 @@
 - `_native` and `_native_handler.cpp`: the native path (a C++ handler that launches with no Python).
 - `_trampoline`: the one ctypes-callback-to-FFI-target helper, shared with `_user_callback`.
 - `_user_callback`: `register_ffi_callback`, user functions as FFI targets.
+- `_guard` and `_guard.cpp`: the guard bounds-checked CPU launches run under (a failed check becomes an error).
 - `_errors`: exceptions as XLA FFI errors, and recovering them at the call site; `_fp_env`: the FP environment.
 
 Receives: call frames from XLA and plans by handle. Hands on: launches of Warp's compiled code. Never
