@@ -240,7 +240,6 @@ def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...
     return tuple(written)
 
 
-@functools.lru_cache(maxsize=1024)
 def _tid_derived(fn: ast.FunctionDef, tid_names: tuple[str, ...]) -> set[str]:
     """The thread indices and every local assigned from an expression that reads one (or such a local).
 
@@ -262,6 +261,7 @@ def _tid_derived(fn: ast.FunctionDef, tid_names: tuple[str, ...]) -> set[str]:
             return derived
 
 
+@functools.lru_cache(maxsize=1024)
 def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
     """The arrays the kernel indexes with its thread index, unguarded: ``(path, array dim, tid component)``.
 
