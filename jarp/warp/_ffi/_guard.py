@@ -14,14 +14,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.resources
-import os
 import platform
 import threading
-from pathlib import Path
 
 import warp as wp
 
 from .._upstream import _warp_internals
+from . import _native
 
 __all__ = ["available", "call"]
 
@@ -39,18 +38,9 @@ def available() -> bool:
 def _guard() -> ctypes._CFuncPtr:
     fn = _state.get("guard")
     if fn is None:
-        _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
         source = _SOURCE.read_text()
         digest = hashlib.sha256(f"{source}|{wp.config.version}|{platform.machine()}".encode()).hexdigest()[:16]
-        obj = Path(wp.config.kernel_cache_dir) / f"jarp_guard_{digest}" / "jarp_guard.o"
-        if not obj.exists():
-            obj.parent.mkdir(parents=True, exist_ok=True)
-            partial = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                _warp_internals.compile_cpu_object(source, str(_SOURCE), str(partial), [])
-                os.replace(partial, obj)
-            finally:
-                partial.unlink(missing_ok=True)
+        obj = _native.cached_object("jarp_guard", digest, source, str(_SOURCE), {}, [])
         lookup = _warp_internals.load_cpu_object(str(obj), f"jarp_guard_{digest}")
         fn = _state["guard"] = _GUARD(lookup("jarp_guarded_call"))
     return fn  # type: ignore[return-value]

@@ -422,22 +422,35 @@ def _build(name: str | None = None) -> NativeHandler:
     _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
     source = _SOURCE.read_text()
     key = _cache_key(source)
-    cache = Path(wp.config.kernel_cache_dir) / f"jarp_native_{key}"
-    obj = cache / "jarp_native_handler.o"
+    obj = cached_object("jarp_native", key, source, str(_SOURCE), _SHIM_HEADERS, [jax.ffi.include_dir()])
+    lookup = _warp_internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
+    return NativeHandler(lookup, obj)
+
+
+def cached_object(
+    stem: str, key: str, source: str, source_path: str, headers: dict[str, str], include_dirs: list[str]
+) -> Path:
+    """The object file of C++ ``source`` in Warp's kernel cache (``<stem>_<key>/<stem>.o``), compiled if missing.
+
+    It is compiled with the Clang in the warp-lang wheel, with ``headers`` (name -> text) written to a scratch
+    include directory first, then ``include_dirs``. ``key`` must change with everything the object depends on.
+    """
+    _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
+    cache = Path(wp.config.kernel_cache_dir) / f"{stem}_{key}"
+    obj = cache / f"{stem}.o"
     if not obj.exists():
         cache.mkdir(parents=True, exist_ok=True)
         # Compiled beside its final name and renamed into place: another process may build the same key.
         partial = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with tempfile.TemporaryDirectory(prefix="jarp_native_") as shims:
-            for name, text in _SHIM_HEADERS.items():
+        with tempfile.TemporaryDirectory(prefix=f"{stem}_") as shims:
+            for name, text in headers.items():
                 Path(shims, name).write_text(text)
             try:
-                _warp_internals.compile_cpu_object(source, str(_SOURCE), str(partial), [shims, jax.ffi.include_dir()])
+                _warp_internals.compile_cpu_object(source, source_path, str(partial), [shims, *include_dirs])
                 os.replace(partial, obj)
             finally:
                 partial.unlink(missing_ok=True)
-    lookup = _warp_internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
-    return NativeHandler(lookup, obj)
+    return obj
 
 
 def handler() -> NativeHandler | None:
