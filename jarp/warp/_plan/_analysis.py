@@ -190,7 +190,7 @@ def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...]
     return tuple(n for n in names if n in written), tuple(calls)
 
 
-def _attribute_path(node: ast.expr) -> tuple[str, ...] | None:
+def attribute_path(node: ast.expr) -> tuple[str, ...] | None:
     """``s.a.b`` as ``("s", "a", "b")``; None for anything else."""
     parts = []
     while isinstance(node, ast.Attribute):
@@ -216,7 +216,7 @@ def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...
     written: list[str] = []
 
     def mark(expr: ast.expr | None) -> None:
-        path = _attribute_path(expr) if expr is not None else None
+        path = attribute_path(expr) if expr is not None else None
         if path is not None and path[0] in names:
             name = ".".join(path)
             if name not in written:
@@ -303,7 +303,7 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
         if not isinstance(node, ast.Subscript):
             continue
         base = node.value
-        path = (base.id,) if isinstance(base, ast.Name) else _attribute_path(base)
+        path = (base.id,) if isinstance(base, ast.Name) else attribute_path(base)
         if path is None or path[0] not in roots:
             continue
         index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]

@@ -28,6 +28,8 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
+from ._analysis import attribute_path
+from ._struct_layout import struct_layout
 from ._weakcache import weak_cache
 
 SUFFIX = "__jarp_rt"
@@ -49,7 +51,7 @@ class _FieldReads(ast.NodeTransformer):
         self.fields = {tuple(f.split(".")): f for f in fields}
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        path = _path(node)
+        path = attribute_path(node)
         field = self.fields.get(path) if path is not None else None
         if field is None:
             return self.generic_visit(node)
@@ -63,14 +65,6 @@ class _FieldReads(ast.NodeTransformer):
 
 class _Unsupported(Exception):
     """A kernel jarp cannot give a runtime struct field value (the message says where)."""
-
-
-def _path(node: ast.expr) -> tuple[str, ...] | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
 
 
 def _check_whole_uses(fn: ast.FunctionDef, fields: tuple[str, ...]) -> None:
@@ -89,7 +83,7 @@ def _check_whole_uses(fn: ast.FunctionDef, fields: tuple[str, ...]) -> None:
         if isinstance(node, ast.Name) and node.id in roots and not isinstance(parents.get(node), ast.Attribute):
             raise _Unsupported(f"the kernel uses the struct {node.id!r} whole (not only its fields)")
         # Likewise a nested struct on the way to a runtime field (``mat.inner`` for ``mat.inner.E``).
-        path = _path(node) if isinstance(node, ast.Attribute) else None
+        path = attribute_path(node) if isinstance(node, ast.Attribute) else None
         if (
             path is not None
             and any(f.startswith(".".join(path) + ".") for f in fields)
@@ -193,8 +187,6 @@ def bounds_checked(kernel: wp.Kernel) -> wp.Kernel:
 
 def _field_type(params: Any, path: str) -> Any:
     """The Warp type of struct value field ``path`` (``"mat.E"``, ``"mat.inner.E"``) of the kernel's parameters."""
-    root, *rest = path.split(".")
-    warp_type = dict(params)[root]
-    for name in rest:
-        warp_type = dict(_warp_internals.struct_fields(warp_type))[name]
-    return warp_type
+    root = path.split(".")[0]
+    layout = struct_layout(dict(params)[root], root)
+    return next(leaf.warp_type for leaf in layout.leaves if leaf.name == path)
