@@ -24,6 +24,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
+from ._arg_spec import ArgSpec
 from ._normalize import MAX_EXTENT, normalize_dims
 from ._values import Buffer, Param
 
@@ -127,6 +128,20 @@ def check_launch(kernel: wp.Kernel, dims: tuple[int, ...], block_dim: int | None
             ) from None
 
 
+def _array_buffers(
+    params: Sequence[Param], operands: Sequence[Buffer], results: Sequence[Buffer]
+) -> list[tuple[ArgSpec, Buffer]]:
+    """Each array parameter, and each struct array field (its spec named ``s.field``), with its buffer."""
+    arrays = []
+    for p in params:
+        b = p.primal
+        if p.spec.is_struct:  # a struct's array fields are operands
+            arrays.extend((leaf, operands[i]) for leaf, i in zip(p.spec.struct.array_specs, b.fields, strict=True))
+        elif p.spec.is_array and b.source in ("operand", "result"):
+            arrays.append((p.spec, operands[b.index] if b.source == "operand" else results[b.index]))
+    return arrays
+
+
 def check_array_extents(
     params: Sequence[Param], operands: Sequence[Buffer], results: Sequence[Buffer], what: str
 ) -> None:
@@ -135,14 +150,7 @@ def check_array_extents(
     Raises:
         ValueError: naming the argument whose dim is above ``2**31 - 1``.
     """
-    arrays = []
-    for p in params:
-        b = p.primal
-        if p.spec.is_struct:  # a struct's array fields are operands
-            arrays.extend((leaf, operands[i]) for leaf, i in zip(p.spec.struct.array_specs, b.fields, strict=True))
-        elif p.spec.is_array and b.source in ("operand", "result"):
-            arrays.append((p.spec, operands[b.index] if b.source == "operand" else results[b.index]))
-    for spec, buf in arrays:
+    for spec, buf in _array_buffers(params, operands, results):
         dims = buf.shape[: spec.warp_ndim]
         if any(n > MAX_EXTENT for n in dims):
             raise ValueError(
@@ -172,15 +180,7 @@ def check_tid_indexed(
     """
     if not accesses or math.prod(launch_dims) == 0:  # an empty launch runs no thread
         return
-    shapes: dict[str, tuple[int, ...]] = {}
-    for p in params:
-        b = p.primal
-        if p.spec.is_struct:
-            for leaf, i in zip(p.spec.struct.array_specs, b.fields, strict=True):
-                shapes[leaf.name] = operands[i].shape[: leaf.warp_ndim]
-        elif p.spec.is_array and b.source in ("operand", "result"):
-            buf = operands[b.index] if b.source == "operand" else results[b.index]
-            shapes[p.spec.name] = buf.shape[: p.spec.warp_ndim]
+    shapes = {spec.name: buf.shape[: spec.warp_ndim] for spec, buf in _array_buffers(params, operands, results)}
     for path, dim, component in accesses:
         shape = shapes.get(path)
         if shape is None or dim >= len(shape) or component >= len(launch_dims):
