@@ -404,7 +404,7 @@ def _inputs(f: Callable[..., Any]) -> list[tuple[str, str | None]] | None:
         specs = f.input_specs()
         if specs is None:
             return None
-        return [(s.name, None if s.generic or (s.is_array and "Any" in s.describe()) else s.describe()) for s in specs]
+        return [(s.name, None if s.generic else s.describe()) for s in specs]  # a generic parameter has no type yet
     try:
         params = inspect.signature(f).parameters.values()
     except (TypeError, ValueError):

@@ -4,8 +4,8 @@ XLA turns every error of an FFI handler into a ``jax.errors.JaxRuntimeError`` (w
 ``XLA_FFI_Error_Code``: ``CANCELLED`` too), so the exception a user's function raised cannot
 cross XLA itself. `ffi_error` therefore keeps it in a small side table under a token written
 into the error's message, and `original` finds it again from the ``JaxRuntimeError``: the eager
-paths (`call_reraising`, used by `_eager.try_eager` and the primitive's eager implementation) re-raise the original exception, with its type and traceback, when the
-error reaches it synchronously. Under a user's ``jax.jit`` the ``JaxRuntimeError`` is all JAX
+paths (`call_reraising`, used by `_eager.try_eager` and the primitive's eager implementation)
+re-raise the original exception, with its type and traceback, when the error reaches them synchronously. Under a user's ``jax.jit`` the ``JaxRuntimeError`` is all JAX
 raises; its message names the module and carries the original type, message and traceback.
 
 A kept exception's frames are cleared of their local variables (`release_frames`): they held ``wp.array``s over
