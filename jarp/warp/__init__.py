@@ -17,6 +17,9 @@ subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` 
 from . import types as types
 from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
+from ._codegen import CudaLaunchCheck as CudaLaunchCheck
+from ._codegen import CudaLaunchMismatchError as CudaLaunchMismatchError
+from ._codegen import check_cuda_launches as check_cuda_launches
 from ._codegen import compile_aot as compile_aot
 from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
@@ -39,6 +42,8 @@ from ._to_warp import to_warp as to_warp
 
 __all__ = [
     "BufferInfo",
+    "CudaLaunchCheck",
+    "CudaLaunchMismatchError",
     "Energy",
     "FfiCallableProtocol",
     "FfiKernelProtocol",
@@ -50,6 +55,7 @@ __all__ = [
     "JaxKernelOptions",
     "ParamInfo",
     "PlanInfo",
+    "check_cuda_launches",
     "compile_aot",
     "energy",
     "jax_callable",

@@ -6,7 +6,9 @@ kernel of a Python module (and every registered overload of a generic kernel).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import types
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,11 +17,14 @@ from typing import Any, Literal
 import warp as wp
 
 from ._callable import JaxCallable
+from ._ffi import _arg_blocks
+from ._ffi._registry import registry
 from ._kernel import JaxKernel
 from ._plan import _launch_checks
+from ._plan._values import Runs
 from ._upstream import _warp_internals
 
-__all__ = ["compile_aot", "kernel_source"]
+__all__ = ["CudaLaunchCheck", "CudaLaunchMismatchError", "check_cuda_launches", "compile_aot", "kernel_source"]
 
 
 def _warp_module(obj: Any, what: str) -> wp.Module:
@@ -193,3 +198,145 @@ def compile_aot(
     else:
         paths = _warp_internals.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
     return {a: Path(p) for a, p in zip(archs, paths, strict=True)}
+
+
+# ======================================================================================================================
+# A GPU-free check of the CUDA launches jarp prepares
+# ======================================================================================================================
+
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)")
+_PTX_SIZES = {"8": 1, "16": 2, "32": 4, "64": 8}
+
+
+def ptx_entry_params(ptx: str) -> dict[str, list[int]]:
+    """The byte size of each ``.param`` of each ``.entry`` in PTX text, by entry name.
+
+    A parameter is ``.param [.align N] .<type>[ .ptr...] name[[count]]``; its size is the type's
+    (``.b8``/``.u8``: 1 ... ``.f64``: 8) times the count.
+    """
+    entries = {}
+    for match in _PTX_ENTRY.finditer(ptx):
+        sizes = []
+        for decl in match.group(2).split(","):
+            tokens = decl.split()
+            if not tokens:
+                continue
+            if tokens[0] != ".param":
+                raise ValueError(f"unexpected PTX parameter declaration {decl.strip()!r} in entry {match.group(1)}")
+            kind = next(t for t in tokens[1:] if re.fullmatch(r"\.[bsuf]\d+", t))
+            count = re.search(r"\[(\d+)\]$", tokens[-1])
+            sizes.append(_PTX_SIZES[kind[2:]] * (int(count.group(1)) if count else 1))
+        entries[match.group(1)] = sizes
+    return entries
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaLaunchCheck:
+    """One CUDA launch jarp prepares, against the entry point Warp compiled for it (see `check_cuda_launches`).
+
+    Attributes:
+        handle: the plan's handle (as `list_plans` shows it).
+        name: the plan's name, as error messages show it.
+        entry: the symbol of the compiled entry point the launch calls.
+        arch: the CUDA architecture it was compiled for.
+        passed: ``(parameter name, bytes)`` of each parameter jarp's launch passes, in order (the launch
+            bounds first; in a backward launch, the adjoint parameters follow the primal ones).
+        compiled: the bytes of each parameter the compiled entry point declares, in order.
+    """
+
+    handle: int
+    name: str
+    entry: str
+    arch: int
+    passed: tuple[tuple[str, int], ...]
+    compiled: tuple[int, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the launch passes exactly the parameters the compiled kernel takes."""
+        return tuple(size for _, size in self.passed) == self.compiled
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.name}: {self.entry} (sm_{self.arch}) takes {len(self.compiled)} parameters, as jarp passes"
+        passed = ", ".join(f"{n}: {s}" for n, s in self.passed)
+        return (
+            f"{self.name}: {self.entry} (sm_{self.arch}) declares {len(self.compiled)} parameters of "
+            f"{list(self.compiled)} bytes, but jarp's launch passes {len(self.passed)}: [{passed}]"
+        )
+
+
+class CudaLaunchMismatchError(RuntimeError):
+    """A CUDA launch jarp prepares disagrees with the compiled kernel (see `check_cuda_launches`)."""
+
+
+def check_cuda_launches(handles: Iterable[int] | None = None, *, arch: int | None = None) -> list[CudaLaunchCheck]:
+    """Check, without a GPU, that jarp's CUDA launches pass exactly the parameters of the compiled kernels.
+
+    For each kernel plan (every plan this process has lowered, by default), Warp compiles the kernel's
+    module for CUDA to PTX with NVRTC (no driver needed; builds are cached in Warp's kernel cache), and
+    the ``.param`` list of the plan's forward or backward entry point is compared, in number and in bytes,
+    with the parameter block jarp's launch would pass (the same list both launch paths use). A
+    disagreement would be a silent crash or wrong values on a GPU; here it is an error. Plans of
+    `jax_callable` functions are skipped: their kernels launch through ``wp.launch``.
+
+    Args:
+        handles: the plan handles to check (``PlanInfo.handle`` from `list_plans`); by default every live plan.
+        arch: the CUDA architecture to compile for; by default the one Warp would use (Warp's default PTX
+            arch without a GPU).
+
+    Returns:
+        One `CudaLaunchCheck` per kernel plan checked, all passing.
+
+    Raises:
+        CudaLaunchMismatchError: listing every launch whose parameters disagree with its compiled entry point.
+        RuntimeError: if Warp has no CUDA compiler here.
+
+    Example:
+        ```python
+        f = jax.jit(lambda x: jarp.warp.jax_kernel(triple_kernel)(x)[0])
+        f.trace(jnp.ones(8)).lower(lowering_platforms=("cuda",))  # prepares the plan; no GPU needed
+        for check in jarp.warp.check_cuda_launches():
+            print(check)  # triple_kernel: triple_kernel_0a1b2c3d_cuda_kernel_forward (sm_75) takes 3 parameters, ...
+        ```
+    """
+    what = "check_cuda_launches()"
+    _warp_internals.runtime_core()
+    if arch is None:
+        arch = _warp_internals.default_cuda_arch()
+    (arch,) = _archs(arch, what)
+    items = registry.items() if handles is None else tuple((h, registry.plan(h)) for h in handles)
+    ptx_of: dict[tuple[int, int], dict[str, list[int]]] = {}
+    checks = []
+    for handle, plan in items:
+        if plan.runs is not Runs.KERNEL:
+            continue
+        kernel = plan.target
+        block_dim = plan.block_dim if plan.block_dim is not None else _warp_internals.CUDA_BLOCK_DIM
+        key = (id(kernel.module), block_dim)
+        if key not in ptx_of:
+            (path,) = _warp_internals.compile_aot_variant(kernel.module, (arch,), None, True, block_dim)
+            ptx_of[key] = ptx_entry_params(path.read_text())
+        forward, backward = _warp_internals.cuda_entry_names(kernel, block_dim)
+        entry = backward if plan.adjoint else forward
+        if entry is None or entry not in ptx_of[key]:
+            raise RuntimeError(f"{what}: the CUDA build of {plan.name} has no entry point {entry!r}.")
+        passed = _arg_blocks.plan_cuda_params(plan, block_dim)
+        checks.append(
+            CudaLaunchCheck(
+                handle=handle,
+                name=plan.name,
+                entry=entry,
+                arch=arch,
+                passed=tuple((p.name, p.size) for p in passed),
+                compiled=tuple(ptx_of[key][entry]),
+            )
+        )
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        raise CudaLaunchMismatchError(
+            f"{what}: {len(bad)} of {len(checks)} CUDA launches disagree with their compiled kernels (on a GPU "
+            "they would read parameters that were never passed); please report this to jarp:\n"
+            + "\n".join(f"  {c}" for c in bad)
+        )
+    return checks

@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .._plan import _dtypes
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
-from . import _errors, _guard, _native, _struct_bytes
+from . import _arg_blocks, _errors, _guard, _native, _struct_bytes
 from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._registry import ReleasedPlanError, registry
@@ -38,7 +37,6 @@ _lock = threading.RLock()  # re-entrant: releasing plans drops executors
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _memset = ctypes.memset
-_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
 
 
 # The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
@@ -192,64 +190,13 @@ class _KernelExecutor(_Executor):
         self.empty = math.prod(plan.launch_dims) == 0
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
-        blocks = [self._block(0, self.offsets)]
-        if self.adjoint:
-            blocks.append(self._block(1, self.offsets))
-        self.blocks = blocks
-
-    def _block(self, block: int, offsets: tuple[list[list[int]], list[list[int]]]) -> Any:
-        """The ctypes argument block ``block`` (0: primal values, 1: adjoints) and its pointer slots."""
-        plan = self.plan
-        buffers = (plan.operands, plan.results)
-        fields, values = [], []
-        # (parameter name, byte offset in the parameter, source, buffer index) of each pointer
-        pointers: list[tuple[str, int, int, int]] = []
-        for param in plan.params:
-            spec = param.spec
-            binding = param.primal if block == 0 else param.adjoint
-            if spec.is_struct:
-                layout = spec.struct
-                src = 0 if block == 0 else 1
-                shapes = [buffers[src][i].shape for i in binding.fields]
-                if block == 0:
-                    raw = _struct_bytes.struct_bytes(layout, shapes, binding.value)
-                else:
-                    raw = _struct_bytes.adjoint_struct_bytes(layout, shapes)
-                fields.append((spec.name, layout.ctype))
-                values.append(layout.ctype.from_buffer_copy(raw))
-                slots = _struct_bytes.pointer_slots(layout)
-                pointers.extend((spec.name, off, src, i) for off, i in zip(slots, binding.fields, strict=True))
-                if block == 0 and self.adjoint:
-                    # Warp's backward code accumulates a struct field's gradient through the grad
-                    # pointer of the primal struct (as wp.Tape sets it), not through the adjoint struct.
-                    grads = _struct_bytes.grad_pointer_slots(layout)
-                    pointers.extend((spec.name, off, 1, i) for off, i in zip(grads, param.adjoint.fields, strict=True))
-            elif spec.is_array:
-                src = 0 if binding.source == "operand" else 1
-                buf = buffers[src][binding.index]
-                element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
-                arr = _warp_internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
-                fields.append((spec.name, _warp_internals.ArrayStruct))
-                values.append(arr)
-                pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
-                grad = param.adjoint
-                if block == 0 and self.adjoint and grad.source in ("operand", "result"):
-                    # As under wp.Tape, the primal array carries its adjoint buffer as its gradient: Warp's
-                    # adjoints of array views (``a[i]``, ``wp.view``) and of tile loads accumulate through it.
-                    pointers.append((spec.name, _GRAD_OFFSET, 0 if grad.source == "operand" else 1, grad.index))
-            else:
-                fields.append((spec.name, wp.types.type_ctype(spec.dtype)))
-                values.append(_dtypes.ctype_value(spec.dtype, binding.value if binding.source == "static" else 0))
-        struct_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
-        template = struct_type(*values)
-        for name, offset, src, index in pointers:
-            address = getattr(struct_type, name).offset + offset
-            assert address % 8 == 0, "pointer slots are 8-byte aligned"
-            self.slots.append((block, address // 8, src, index, offsets[src][index]))
-        nwords = (ctypes.sizeof(struct_type) + 7) // 8
-        words = ctypes.c_uint64 * nwords
-        raw = bytes(template) + b"\0" * (nwords * 8 - ctypes.sizeof(struct_type))
-        return words, raw, template
+        self.blocks = []
+        for b in range(2 if self.adjoint else 1):
+            block = _arg_blocks.argument_block(plan, b)
+            self.blocks.append((block.words, block.raw, block.template))
+            self.slots.extend((b, word, src, index, self.offsets[src][index]) for word, src, index in block.slots)
+        # The CUDA parameters (the launch bounds, then every field of the block(s)), as both launch paths pass them.
+        self.cuda_params = _arg_blocks.cuda_params([t for _, _, t in self.blocks], self.bounds)
 
     def describe(self) -> _native.LaunchDescriptor | None:
         """This launch as a descriptor for the native handler; None if it stays on the Python path."""
@@ -362,9 +309,7 @@ class _CudaKernelExecutor(_KernelExecutor):
 
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
         # The same parameters, in the same order, as `run` passes through `_warp_internals.cuda_launch`.
-        params = [(2, 0)]  # the launch bounds
-        for block, (_, _, template) in enumerate(self.blocks):
-            params.extend((block, getattr(type(template), name).offset) for name, _ in template._fields_)
+        params = [(p.block, p.offset) for p in self.cuda_params]
         smem = self.entry.backward_smem if self.adjoint else self.entry.forward_smem
         grid_stride = int(self.plan.target.grid_stride)
         return (
@@ -387,10 +332,8 @@ class _CudaKernelExecutor(_KernelExecutor):
         structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
         # cuLaunchKernel takes one pointer per parameter (launch bounds, then every field of the
         # argument block(s)); it copies the values at launch, so the blocks can be patched per slice.
-        addresses = [ctypes.addressof(self.bounds)]
-        for st in structs:
-            base = ctypes.addressof(st)
-            addresses.extend(base + getattr(type(st), name).offset for name, _ in st._fields_)
+        bases = {b: ctypes.addressof(st) for b, st in enumerate(structs)} | {2: ctypes.addressof(self.bounds)}
+        addresses = [bases[p.block] + p.offset for p in self.cuda_params]
         addrs = (ctypes.c_void_p * len(addresses))(*addresses)
         for s in range(self.nslices):
             for block, slot, src, index, offs in self.slots:

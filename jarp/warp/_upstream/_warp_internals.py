@@ -79,7 +79,7 @@ _build_failures: list[str] = []
 # Warp's default block dims: CUDA runs 256 threads per block; the CPU runs one thread per
 # block unless ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative.
 _CPU_BLOCK_DIM = 1
-_CUDA_BLOCK_DIM = 256
+CUDA_BLOCK_DIM = 256
 
 
 def warp_lock() -> threading.RLock:
@@ -478,6 +478,9 @@ def check_internals() -> None:
     assert names[:2] == ["data", "grad"], f"warp array_t fields changed: {names}"
     assert ArrayStruct.data.offset == 0, "warp array_t.data is no longer the first field"
     assert hasattr(wp.Kernel, "__init__")
+    for fn in ("cuda_kernel_forward_name", "cuda_kernel_backward_name"):  # cuda_entry_names
+        assert callable(getattr(wp._src.codegen, fn, None)), f"warp codegen lost {fn}"
+    assert callable(getattr(wp.Module, "get_module_hash", None)), "wp.Module lost get_module_hash"
     assert callable(getattr(_WARP_LOCK, "_is_owned", None)), "threading.RLock lost _is_owned (warp_lock_held)"
     probe = wp.struct(
         type("_JarpProbe", (), {"__annotations__": {"a": wp.array(dtype=float), "k": float}}), module="unique"
@@ -519,7 +522,7 @@ def module_codegen(module: wp.Module, target: str, arch: int | None = None, bloc
     if is_cpu:
         block_dim = resolve_block_dim(wp.get_device("cpu"), block_dim)
     elif block_dim is None:
-        block_dim = _CUDA_BLOCK_DIM
+        block_dim = CUDA_BLOCK_DIM
     with _WARP_LOCK:
         module.get_module_hash(block_dim)  # resolve wp.static() expressions and cache the variant's hasher
         options = module.resolve_options(wp.config, block_dim=block_dim) | {"output_arch": None if is_cpu else arch}
@@ -572,3 +575,21 @@ def compile_aot_variant(
             name = module._get_compile_output_name(None, arch, arch_suffix=suffix, use_ptx=use_ptx, block_dim=block_dim)
             paths.append(out_dir / name)
     return paths
+
+
+def cuda_entry_names(kernel: wp.Kernel, block_dim: int | None) -> tuple[str, str | None]:
+    """The symbols of ``kernel``'s CUDA forward and backward entry points in its module's build for ``block_dim``.
+
+    A kernel's symbol carries its hash in that build (``<key>_<hash8>_cuda_kernel_forward``), which differs
+    between the builds of different block dims, as ``ModuleExec.get_kernel_mangled_name`` resolves it
+    when Warp loads the module. The backward name is None when the module is built without backward code.
+    """
+    block_dim = CUDA_BLOCK_DIM if block_dim is None else block_dim
+    with _WARP_LOCK:
+        kernel.module.get_module_hash(block_dim)
+        kernel_hash = kernel.module.hashers[block_dim].kernel_hashes[kernel]
+    name = kernel.get_mangled_name(kernel_hash=kernel_hash)
+    forward = wp._src.codegen.cuda_kernel_forward_name(kernel, name=name)
+    options = kernel.module.options | kernel.options
+    backward = wp._src.codegen.cuda_kernel_backward_name(kernel, name=name) if options["enable_backward"] else None
+    return forward, backward
