@@ -153,6 +153,14 @@ class JaxKernel(AbstractWarpModule):
             raise TypeError(
                 f"{_WHAT}: kernel must be a Warp kernel (decorate it with @wp.kernel), got {type(self.kernel).__name__}."
             )
+        abi = _warp_internals.entry_point_abi(self.kernel)
+        if abi != "warp":
+            raise ValueError(
+                f"{_WHAT}: kernel {self.kernel.key!r} uses Warp's entry_point_abi={abi!r}, whose entry point takes "
+                "its parameters in another form than wp.launch passes them (Warp itself cannot wp.launch it); jarp "
+                "launches only kernels with Warp's own ABI. Define the kernel without entry_point_abi to call it "
+                "from JAX."
+            )
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)

@@ -39,3 +39,15 @@ def _writes_struct_field(s: _Field, out: wp.array(dtype=float)):
 def test_kernel_writing_a_struct_field_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"struct field\(s\) \['s\.a'\]"):
         jax_kernel(_writes_struct_field)
+
+
+@wp.kernel(entry_point_abi="external_constant_params", enable_backward=False, module="unique")
+def _constant_params_kernel(a: wp.array(dtype=float)):
+    a[0] = 1.0
+
+
+def test_a_kernel_with_another_entry_point_abi_is_refused_at_construction() -> None:
+    # Its CUDA entry point reads the parameters from constant memory: launching it as a Warp-ABI kernel would pass
+    # them where it never looks (wp.launch refuses it too).
+    with pytest.raises(ValueError, match=r"'_constant_params_kernel' uses Warp's entry_point_abi='external_constant"):
+        jax_kernel(_constant_params_kernel)

@@ -2,7 +2,8 @@
 
 - `_target`: registers jarp's FFI targets and holds the callback XLA calls (frame -> executor -> run).
 - `_frame`: reading and checking a call frame (attributes are untrusted; buffers must match the plan).
-- `_executors`: per-(plan, device) executors: the argument blocks and the launch, kernels and callables.
+- `_executors`: per-(plan, device) executors: the launch, kernels and callables.
+- `_arg_blocks`: a kernel launch's argument blocks and CUDA parameter list, from the plan alone.
 - `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
 - `_registry`: the live plans by handle, and the leases executables hold on them.
 - `_native` and `_native_handler.cpp`: the native path (a C++ handler that launches with no Python).

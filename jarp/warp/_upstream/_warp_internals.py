@@ -174,6 +174,15 @@ def make_kernel(
         return wp.Kernel(func, key=key, module=module, source=source)
 
 
+def entry_point_abi(kernel: wp.Kernel) -> str:
+    """The ABI of ``kernel``'s entry points: ``"warp"`` (what ``wp.launch`` and jarp pass), or another of Warp's.
+
+    Warp 1.19's experimental ``entry_point_abi="external_constant_params"`` makes a CUDA-only entry point that reads
+    its parameters from constant memory; ``wp.launch`` refuses such kernels.
+    """
+    return str((kernel.module.options | kernel.options).get("entry_point_abi", "warp"))
+
+
 def kernel_mode(kernel: wp.Kernel) -> str:
     """The build mode of ``kernel``'s module: its own ``"mode"`` option, else ``wp.config.mode``."""
     return kernel.module.options.get("mode") or wp.config.mode
