@@ -33,11 +33,15 @@ from warp._src.context import (
     _validate_cuda_arch_suffix,
 )
 from warp._src.types import array_t as ArrayStruct
+from warp._src.types import array_types as _ARRAY_CLASSES
+from warp._src.types import concrete_array_type as _concrete_array_type
 
 __all__ = [
+    "ARRAY_KINDS",
     "TID_MAX_EXTENT",
     "ArrayStruct",
     "EntryPoints",
+    "array_kind",
     "check_cuda_grid",
     "compile_aot_variant",
     "compile_cpu_object",
@@ -146,6 +150,30 @@ def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
         ValueError: for a CPU request above 1024.
     """
     return int(_resolve_launch_block_dim(device, block_dim))
+
+
+# Warp's array classes (``warp._src.types.array_types``), by name: only ``"array"`` is an ``array_t`` argument.
+ARRAY_KINDS = ("array", "indexedarray", "fabricarray", "indexedfabricarray", "fixedarray")
+
+
+def array_kind(warp_type: Any) -> str | None:
+    """The name of the Warp array class an array annotation (or array) belongs to; None if it is no array.
+
+    ``wp.types.is_array`` is true for every one of Warp's array classes, whose kernel arguments have
+    different layouts: ``"array"`` (``array_t``), ``"indexedarray"`` (``indexedarray_t``: an ``array_t``
+    and one index array per dim), ``"fabricarray"`` / ``"indexedfabricarray"`` (Omniverse Fabric
+    buckets), ``"fixedarray"`` (a stack array local to Warp code, never a parameter). Annotations
+    (``wp.indexedarray[float]``), annotation instances (``wp.indexedarray(dtype=float)``) and
+    subclasses all resolve to their family.
+
+    Example:
+        >>> import warp as wp
+        >>> array_kind(wp.indexedarray(dtype=float)), array_kind(wp.array2d[float]), array_kind(wp.float32)
+        ('indexedarray', 'array', None)
+    """
+    if not wp.types.is_array(warp_type):
+        return None
+    return _concrete_array_type(warp_type).__name__
 
 
 def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
@@ -488,6 +516,20 @@ def check_internals() -> None:
     assert struct_ctype(probe)._fields_[0][1] is ArrayStruct, "struct array fields are no longer array_t"
     assert struct_instance_type(probe()) is probe, "StructInstance._cls changed"
     assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
+    # jarp passes the "array" kind only and refuses the others by name: a new array class must be looked at
+    assert tuple(cls.__name__ for cls in _ARRAY_CLASSES) == ARRAY_KINDS, (
+        f"Warp's array classes changed: {_ARRAY_CLASSES}"
+    )
+    for annotation, kind in (
+        (wp.array(dtype=float), "array"),
+        (wp.array2d[float], "array"),
+        (wp.indexedarray(dtype=float), "indexedarray"),
+        (wp.indexedarray[float], "indexedarray"),
+        (wp.fabricarray(dtype=float), "fabricarray"),
+        (wp.indexedfabricarray[float], "indexedfabricarray"),
+        (wp.fixedarray(dtype=float, shape=3), "fixedarray"),
+    ):
+        assert array_kind(annotation) == kind, f"array_kind({annotation!r}) is no longer {kind!r}"
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
     # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
