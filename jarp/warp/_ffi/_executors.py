@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from .._plan import _launch_checks
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
 from . import _arg_blocks, _errors, _guard, _native, _struct_bytes
@@ -303,6 +304,8 @@ class _CpuKernelExecutor(_KernelExecutor):
 
 class _CudaKernelExecutor(_KernelExecutor):
     def __init__(self, plan: Plan, device: Any) -> None:
+        # Also checked at lowering for CUDA (`_jax._lowering`); here too, before any CUDA launch is prepared.
+        _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
         super().__init__(plan, device)
         if not self.empty:  # as wp.launch checks the grid before it launches (once here: the dims are the plan's)
             _warp_internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))

@@ -14,7 +14,8 @@ import numpy as np
 
 from .._ffi import _target
 from .._ffi._registry import registry
-from .._plan._values import Plan
+from .._plan import _launch_checks
+from .._plan._values import Plan, Runs
 from .._upstream import _warp_internals
 
 __all__ = ["lower"]
@@ -23,8 +24,11 @@ __all__ = ["lower"]
 def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
     """Lower one ``jarp_warp_call`` to a custom call of jarp's FFI target (``config``: the primitive's `CallConfig`)."""
     del config
-    if "cpu" in getattr(ctx.module_context, "platforms", ()):
+    platforms = getattr(ctx.module_context, "platforms", ())
+    if "cpu" in platforms:
         _warp_internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
+    if "cuda" in platforms and plan.runs is Runs.KERNEL:  # Warp's deterministic mode: hidden CUDA parameters
+        _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
     _target.ensure_registered()
     target = _target.TARGET if plan.graph_compatible else _target.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(

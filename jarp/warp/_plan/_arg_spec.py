@@ -7,7 +7,7 @@ The base of the plan stage: struct layouts (`_struct_layout`) are made of these 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import warp as wp
@@ -76,9 +76,95 @@ class ArgSpec:
         return f"{self.warp_ndim}-d wp.array of {self.element_name}"
 
 
+def _dtype_name(dtype: Any) -> str:
+    """How an error message names a Warp type: ``float32``, ``vec3f``, ``Any``, a struct's name, ``wp.Texture2D``."""
+    name = getattr(dtype, "__name__", None)
+    if dtype is Any or name == "Any":
+        return "Any"
+    if isinstance(dtype, type) and name and getattr(wp, name, None) is dtype and not wp.types.type_is_value(dtype):
+        return f"wp.{name}"  # a Warp class with a public name (wp.Texture2D, wp.Mesh, wp.handle)
+    if _warp_internals.is_struct_type(dtype):
+        return _warp_internals.struct_name(dtype)
+    try:
+        return wp.types.type_repr(dtype)
+    except Exception:  # not a Warp type at all
+        return repr(dtype)
+
+
+# What to do instead of each array kind jarp does not pass (see `_warp_internals.array_kind`).
+_KIND_ADVICE = {
+    "indexedarray": (
+        "an indexed view (an array plus one index array per dim) that jarp does not build. Annotate it as a "
+        "plain wp.array and do the indexing in the kernel (pass the indices as another wp.array(dtype=wp.int32) "
+        "and read a[indices[i]]), or gather the values with jnp.take before the call"
+    ),
+    "fabricarray": (
+        "an array of Omniverse Fabric attribute buckets, which JAX arrays are not. Annotate it as a plain "
+        "wp.array and pass the values as a JAX array (copied out of Fabric first)"
+    ),
+    "indexedfabricarray": (
+        "an indexed view of Omniverse Fabric attribute buckets, which JAX arrays are not. Annotate it as a plain "
+        "wp.array and pass the values as a JAX array (copied and gathered out of Fabric first)"
+    ),
+    "fixedarray": "a stack array local to Warp code, which cannot be a parameter. Annotate it as a plain wp.array",
+}
+
+
+def array_kind_error(subject: str, warp_type: Any) -> TypeError | None:
+    """The error for an array annotation of a kind jarp does not pass; None for a plain ``wp.array``.
+
+    Each of Warp's array classes is a different kernel argument (``wp.indexedarray`` is an
+    ``indexedarray_t``, larger than the ``array_t`` jarp writes), so only ``wp.array`` is passed, and
+    the others are refused when the signature is parsed instead of packed as something else.
+
+    Args:
+        subject: what the annotation belongs to, e.g. ``"jax_kernel() parameter 'a'"`` or
+            ``"struct field 'mesh.verts'"``.
+        warp_type: an array annotation (``wp.types.is_array`` is true of it).
+    """
+    kind = _warp_internals.array_kind(warp_type)
+    if kind == "array":
+        return None
+    advice = _KIND_ADVICE.get(kind or "", "an array kind jarp does not know. Annotate it as a plain wp.array")
+    ndim = getattr(warp_type, "ndim", "?")
+    return TypeError(
+        f"{subject} is a wp.{kind} ({ndim}-d, of {_dtype_name(getattr(warp_type, 'dtype', Any))}); jarp passes "
+        f"plain wp.array arrays only, and a wp.{kind} is {advice}."
+    )
+
+
+def _unsupported_advice(warp_type: Any) -> str:
+    """What to do instead of a parameter type jarp does not pass (for the message of `arg_spec`)."""
+    name = getattr(warp_type, "__name__", "")
+    if name.startswith(("Texture", "texture")):
+        return (
+            "a Warp texture is a texture object that JAX cannot supply; pass the texels as a wp.array and "
+            "interpolate them in the kernel"
+        )
+    if name in ("Mesh", "Volume", "Bvh", "HashGrid"):
+        return f"pass a wp.{name} by its id: annotate the parameter as wp.uint64 and pass the object's .id"
+    if warp_type is wp.handle:
+        return "annotate an object id as wp.uint64 and pass the object's .id"
+    if isinstance(warp_type, TypeVar):
+        return "annotate a generic parameter as typing.Any and pick the overload with arg_types_factory"
+    if getattr(warp_type, "__origin__", None) is tuple:
+        return "pass the tuple's elements as separate parameters, or as a vector (wp.vec3...)"
+    if wp.types.is_tile(warp_type):
+        return "tiles live inside a kernel; pass a wp.array and load it with wp.tile_load"
+    return "pass it as a wp.array, a wp.struct or a scalar/vector/matrix value"
+
+
 def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel") -> ArgSpec:
-    """Build an `ArgSpec` from a Warp type annotation of an array or a scalar (`_signature.param_spec` adds structs)."""
+    """Build an `ArgSpec` from a Warp type annotation of an array or a scalar (`_signature.param_spec` adds structs).
+
+    Raises:
+        TypeError: naming the parameter and its kind, for a kind jarp does not pass (an indexed or
+            Fabric array, an array of structs, a texture, a tile, a tuple, a Warp object type...).
+    """
     if wp.types.is_array(warp_type):
+        kind_error = array_kind_error(f"{what} parameter {name!r}", warp_type)
+        if kind_error is not None:
+            raise kind_error
         if warp_type.ndim > MAX_WARP_NDIM:
             raise TypeError(
                 f"{what} parameter {name!r} is a {warp_type.ndim}-d array; Warp arrays have at most "
@@ -108,6 +194,6 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
     if wp.types.type_is_value(warp_type):
         return ArgSpec(name, False, warp_type, 0, (), in_out)
     raise TypeError(
-        f"{what} parameter {name!r} has type {warp_type!r}; jarp passes wp.array, wp.struct and scalar "
-        "(int/float/bool) parameters only."
+        f"{what} parameter {name!r} has type {_dtype_name(warp_type)}; jarp passes wp.array, wp.struct and "
+        f"scalar/vector/matrix value parameters only: {_unsupported_advice(warp_type)}."
     )

@@ -195,3 +195,27 @@ def check_tid_indexed(
                 f"pass launch_dims= the extent of what the kernel iterates over (here {path}'s, {shape[dim]}), or "
                 f"give {path} at least {threads} elements."
             )
+
+
+def check_cuda_signature(kernel: wp.Kernel, block_dim: int | None, what: str) -> None:
+    """Check that ``kernel``'s CUDA entry points take only the parameters jarp passes (at lowering for CUDA).
+
+    Warp's deterministic mode appends hidden buffers to the CUDA signatures of the kernels it makes
+    deterministic, which ``wp.launch`` alone supplies (`_warp_internals.cuda_hidden_params`); a jarp
+    launch would pass too few parameters. The CPU signatures are unchanged, so this is checked for
+    CUDA only: when a plan is lowered for CUDA, and again when a CUDA executor is built.
+
+    Raises:
+        NotImplementedError: naming the feature, the kernel and what to do instead.
+    """
+    feature = _warp_internals.cuda_hidden_params(kernel, block_dim)
+    if feature is None:
+        return
+    raise NotImplementedError(
+        f"{what}: kernel {kernel.key!r} (Warp module {kernel.module.name!r}) is built in Warp's {feature}, which "
+        "adds hidden parameters to its CUDA entry points that only wp.launch supplies, so jarp cannot launch it on "
+        "CUDA. Turn deterministic mode off for this kernel's module (wp.set_module_options({'deterministic': "
+        "wp.DeterministicMode.NOT_GUARANTEED}) in that module, or wp.config.deterministic before the module is "
+        "created), move the kernel to a module without it, wrap the wp.launch in jarp.warp.jax_callable (which "
+        "launches through wp.launch), or run it on the CPU, where its signature is unchanged."
+    )

@@ -56,7 +56,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
-from ._arg_spec import ArgSpec, arg_spec
+from ._arg_spec import ArgSpec, arg_spec, array_kind_error
 
 __all__ = ["StructLayout", "StructLeaf", "is_warp_scalar", "struct_layout"]
 
@@ -205,11 +205,9 @@ def _collect(struct_type: Any, path: tuple[str, ...], base: int, leaves: list[St
 
 
 def _array_spec(name: str, warp_type: Any) -> ArgSpec:
-    if type(warp_type) is not wp.array:
-        raise TypeError(
-            f"struct field {name!r} is a {type(warp_type).__name__}; jarp passes plain wp.array fields only "
-            "(no indexed or Fabric arrays)."
-        )
+    kind_error = array_kind_error(f"struct field {name!r}", warp_type)
+    if kind_error is not None:
+        raise kind_error
     dtype = warp_type.dtype
     if _warp_internals.is_struct_type(dtype):
         raise TypeError(

@@ -4,7 +4,9 @@ Warp's public API launches kernels through ``wp.launch``, which costs tens of
 microseconds of Python per call. jarp's FFI callback instead calls a module's
 compiled entry points directly, which needs a handful of private pieces: the
 ctypes layout of an array argument, the launch-bounds builder, the loaded
-module's kernel hooks and the CUDA launch function. They all live here, so a Warp
+module's kernel hooks and the CUDA launch function, the family of an array
+annotation and the deterministic-mode metadata that adds hidden CUDA parameters.
+They all live here, so a Warp
 upgrade is a one-file change, and `tests/warp/test_internals.py` checks that
 each one still has the shape jarp relies on.
 """
@@ -23,6 +25,7 @@ import warp as wp
 from warp._src import build as _build
 from warp._src.codegen import _TID_MAX_EXTENT as TID_MAX_EXTENT
 from warp._src.codegen import Struct as _Struct
+from warp._src.codegen import _codegen_lock
 from warp._src.context import (
     _build_kernel_launch_bounds,
     _cuda_grid_blocks,
@@ -32,17 +35,24 @@ from warp._src.context import (
     _validate_cluster_launch,
     _validate_cuda_arch_suffix,
 )
+from warp._src.deterministic import DeterministicMeta as _DeterministicMeta
+from warp._src.deterministic import launch_deterministic as _launch_deterministic
 from warp._src.types import array_t as ArrayStruct
+from warp._src.types import array_types as _ARRAY_CLASSES
+from warp._src.types import concrete_array_type as _concrete_array_type
 
 __all__ = [
+    "ARRAY_KINDS",
     "TID_MAX_EXTENT",
     "ArrayStruct",
     "EntryPoints",
+    "array_kind",
     "check_cuda_grid",
     "compile_aot_variant",
     "compile_cpu_object",
     "contiguous_array",
     "cpu_block_error",
+    "cuda_hidden_params",
     "cuda_launch",
     "cuda_launch_address",
     "cuda_memset",
@@ -146,6 +156,30 @@ def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
         ValueError: for a CPU request above 1024.
     """
     return int(_resolve_launch_block_dim(device, block_dim))
+
+
+# Warp's array classes (``warp._src.types.array_types``), by name: only ``"array"`` is an ``array_t`` argument.
+ARRAY_KINDS = ("array", "indexedarray", "fabricarray", "indexedfabricarray", "fixedarray")
+
+
+def array_kind(warp_type: Any) -> str | None:
+    """The name of the Warp array class an array annotation (or array) belongs to; None if it is no array.
+
+    ``wp.types.is_array`` is true for every one of Warp's array classes, whose kernel arguments have
+    different layouts: ``"array"`` (``array_t``), ``"indexedarray"`` (``indexedarray_t``: an ``array_t``
+    and one index array per dim), ``"fabricarray"`` / ``"indexedfabricarray"`` (Omniverse Fabric
+    buckets), ``"fixedarray"`` (a stack array local to Warp code, never a parameter). Annotations
+    (``wp.indexedarray[float]``), annotation instances (``wp.indexedarray(dtype=float)``) and
+    subclasses all resolve to their family.
+
+    Example:
+        >>> import warp as wp
+        >>> array_kind(wp.indexedarray(dtype=float)), array_kind(wp.array2d[float]), array_kind(wp.float32)
+        ('indexedarray', 'array', None)
+    """
+    if not wp.types.is_array(warp_type):
+        return None
+    return _concrete_array_type(warp_type).__name__
 
 
 def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
@@ -382,6 +416,39 @@ def cuda_launch(
         _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)
 
 
+def cuda_hidden_params(kernel: wp.Kernel, block_dim: int | None = None) -> str | None:
+    """The Warp feature that adds hidden parameters to ``kernel``'s CUDA entry points, or None if none does.
+
+    In deterministic mode (``wp.config.deterministic`` when the module was created, or the module
+    option ``"deterministic"``, other than ``NOT_GUARANTEED``) Warp's code generator appends buffers
+    (``_wp_det_phase``, ``_wp_det_debug``, ``_wp_det_overflow``, one scatter/counter buffer per
+    atomic target) to the CUDA forward and backward signatures of every kernel whose adjoint records
+    atomics (``adj.det_meta.needs_deterministic``), and ``wp.launch`` supplies them through its own
+    launcher (``warp._src.deterministic.launch_deterministic``). The CPU signatures are unchanged.
+    Whether a kernel gets them is decided, without a GPU, as Warp's
+    ``Module._snapshot_deterministic_metadata`` does: build the kernel's adjoint with the module's
+    resolved options for ``block_dim`` (None: Warp's CUDA default, 256) and read its ``det_meta``.
+
+    Returns:
+        ``"deterministic mode (RUN_TO_RUN)"`` (or ``GPU_TO_GPU``), or None.
+    """
+    block_dim = CUDA_BLOCK_DIM if block_dim is None else block_dim
+    module = kernel.module
+    with _WARP_LOCK:
+        options = module.resolve_options(wp.config, block_dim=block_dim)
+        mode = options.get("deterministic", wp.config.DeterministicMode.NOT_GUARANTEED)
+        if mode == wp.config.DeterministicMode.NOT_GUARANTEED:
+            return None
+        runtime_core()  # Warp must be initialised before code generation
+        module.get_module_hash(block_dim)  # resolve wp.static() expressions, as a build does first
+        with _codegen_lock:
+            kernel.adj.build(None, options | {"output_arch": None})
+            meta = kernel.adj.det_meta
+    if meta is None or not meta.needs_deterministic:
+        return None
+    return f"deterministic mode ({mode.name})"
+
+
 def cuda_launch_address() -> int:
     """The address of Warp's native ``wp_cuda_launch_kernel`` (the call `cuda_launch` makes), for native callers."""
     return _address(runtime_core().wp_cuda_launch_kernel)
@@ -500,6 +567,29 @@ def check_internals() -> None:
     assert struct_ctype(probe)._fields_[0][1] is ArrayStruct, "struct array fields are no longer array_t"
     assert struct_instance_type(probe()) is probe, "StructInstance._cls changed"
     assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
+    # jarp passes the "array" kind only and refuses the others by name: a new array class must be looked at
+    assert tuple(cls.__name__ for cls in _ARRAY_CLASSES) == ARRAY_KINDS, (
+        f"Warp's array classes changed: {_ARRAY_CLASSES}"
+    )
+    for annotation, kind in (
+        (wp.array(dtype=float), "array"),
+        (wp.array2d[float], "array"),
+        (wp.indexedarray(dtype=float), "indexedarray"),
+        (wp.indexedarray[float], "indexedarray"),
+        (wp.fabricarray(dtype=float), "fabricarray"),
+        (wp.indexedfabricarray[float], "indexedfabricarray"),
+        (wp.fixedarray(dtype=float, shape=3), "fixedarray"),
+    ):
+        assert array_kind(annotation) == kind, f"array_kind({annotation!r}) is no longer {kind!r}"
+    # cuda_hidden_params: the module option, its enum, the adjoint's deterministic metadata and Warp's launch path
+    modes = {m.name for m in wp.config.DeterministicMode}
+    assert {"NOT_GUARANTEED", "RUN_TO_RUN", "GPU_TO_GPU"} <= modes, f"DeterministicMode changed: {modes}"
+    assert "deterministic" in probe.module.options, "the 'deterministic' module option is gone"
+    assert hasattr(wp.Module, "_snapshot_deterministic_metadata"), "Warp's deterministic metadata snapshot moved"
+    assert callable(_launch_deterministic), "warp._src.deterministic.launch_deterministic is gone"
+    assert isinstance(getattr(_DeterministicMeta, "needs_deterministic", None), property), (
+        "DeterministicMeta.needs_deterministic is no longer a property"
+    )
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
     # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
