@@ -186,3 +186,20 @@ def test_callable_plans_are_skipped_and_a_bad_arch_is_refused(lowered: list[Any]
     assert jw.check_cuda_launches(handles) == []
     with pytest.raises(ValueError, match="arch"):
         jw.check_cuda_launches(handles, arch=1)
+
+
+def test_the_check_catches_the_hidden_parameters_of_a_deterministic_kernel(
+    lowered: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without jarp's refusal at lowering (issue 21), a deterministic-mode kernel would be launched with too few
+    # parameters on a GPU; the PTX comparison sees it on a machine without one.
+    from jarp.warp._plan import _launch_checks
+
+    from .support import kernels_deterministic as kd
+
+    monkeypatch.setattr(_launch_checks, "check_cuda_signature", lambda *args: None)
+    triple = jw.jax_kernel(kd.triple_kernel, module_preload_mode=wp.JaxModulePreloadMode.NONE)
+    f = jax.jit(lambda a: triple(a)[0])
+    lowered.append(f.trace(jnp.ones(4, jnp.float32)).lower(lowering_platforms=("cuda",)))
+    with pytest.raises(jw.CudaLaunchMismatchError, match=r"triple_kernel_\w+_cuda_kernel_forward .* declares 7"):
+        jw.check_cuda_launches(_handles("triple_kernel"))
