@@ -21,6 +21,7 @@ from ._codegen import CudaLaunchCheck as CudaLaunchCheck
 from ._codegen import CudaLaunchMismatchError as CudaLaunchMismatchError
 from ._codegen import check_cuda_launches as check_cuda_launches
 from ._codegen import compile_aot as compile_aot
+from ._export import export_checks as export_checks
 from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
@@ -58,6 +59,7 @@ __all__ = [
     "check_cuda_launches",
     "compile_aot",
     "energy",
+    "export_checks",
     "jax_callable",
     "jax_kernel",
     "kernel_source",

@@ -1,9 +1,9 @@
 """Reading and checking an XLA FFI call frame: jarp trusts nothing it did not make.
 
-A frame must carry exactly the attributes ``plan`` and ``session`` (int64 scalars), this process's session
-token, and buffers whose number, dtypes and shapes are its plan's; anything else (a serialised executable
-from another process, a hand-written ``jax.ffi.ffi_call("jarp_warp_call", ...)``) is a `CallError` naming
-what was wrong, which the target answers with an XLA FFI error instead of a crash.
+A frame must carry exactly the attributes ``abi`` (an int64, jarp's call-ABI version) and ``desc`` (the
+plan's description, a string), and buffers whose number, dtypes and shapes are its plan's; anything else
+(a crafted program, a hand-written ``jax.ffi.ffi_call("jarp_warp_call", ...)``) is a `CallError` naming what
+was wrong, which the target answers with an XLA FFI error instead of a crash.
 
 The checks run on every call, so they are a few ``struct`` reads (each ~0.15 us) from a view of the
 address space; the slow readers of `_xla_ffi` only explain a mismatch.
@@ -12,10 +12,8 @@ address space; the slow readers of `_xla_ffi` only explain a mismatch.
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -26,11 +24,6 @@ from .._plan._values import Plan
 from .._upstream import _xla_ffi
 from . import _errors
 
-# A per-process token lowered next to each plan handle (see _jax._lowering). XLA passes attributes
-# sorted by name (``XLA_FFI_Attrs`` in xla/ffi/api/c_api.h), so a call jarp lowered has exactly ``plan``
-# then ``session``; the callback refuses any other frame, and a token from another process.
-SESSION = np.int64(int.from_bytes(os.urandom(8), "little") >> 1)
-
 # Reading raw memory through ctypes objects costs ~0.4 us a value, and iterating a ctypes
 # pointer array ~1.7 us; unpacking with ``struct`` from a view of the whole address space
 # costs ~0.2 us. The view is never indexed outside addresses XLA hands to the callback.
@@ -40,21 +33,12 @@ _I64 = struct.Struct("<q").unpack_from
 
 # Every read follows a pointer XLA handed over, and a value is only dereferenced as what the frame
 # declares it to be (a scalar's value only after its type says so).
-_FRAME_ATTRS_SIZE = _xla_ffi.FRAME_ATTRS_SIZE
 _FRAME_ARGS_SIZE = _xla_ffi.FRAME_ARGS_SIZE
-_ATTRS = struct.Struct("<qQQQ").unpack_from  # at FRAME_ATTRS_SIZE: size, types, names, values
 _COUNTS = struct.Struct("<q8xQ16xq8xQ").unpack_from  # at FRAME_ARGS_SIZE: #args, args, #rets, rets
 _BUFFER = struct.Struct("<i4xQqQ").unpack_from  # at BUFFER_DTYPE: dtype, data, rank, dims
-_PAIR = struct.Struct("<QQ").unpack_from
-_SCALAR = struct.Struct("<i4xQ").unpack_from  # XLA_FFI_Scalar: dtype, value pointer
 _BUFFER_DTYPE = _xla_ffi.BUFFER_DTYPE
-_TWO_SCALARS = int(_xla_ffi.AttrType.SCALAR) | int(_xla_ffi.AttrType.SCALAR) << 32  # types == [SCALAR, SCALAR]
-_S64 = int(_xla_ffi.DataType.S64)
-_SESSION_INT = int(SESSION)
-_ATTR_NAMES = ("plan", "session")
-_checked_names_lock = threading.Lock()
-_checked_names: set[int] = set()  # addresses of attribute name tables `_check_attrs` found to be jarp's
-_MAX_CHECKED_NAMES = 4096
+_ATTR_NAMES = ("abi", "desc")  # XLA passes attributes sorted by name
+MAX_DESCRIPTION = 1 << 20  # bytes; jarp's own descriptions are a few kB
 
 
 class CallError(Exception):
@@ -65,60 +49,52 @@ class CallError(Exception):
         self.code = code
 
 
-def read_handle(frame: int) -> int:
-    """The plan handle of a frame whose attributes are exactly jarp's; raise `CallError` otherwise.
+def read_description(frame: int, abi: int) -> str:
+    """The plan description a call carries (its ``desc`` attribute); `CallError` for anything but jarp's attributes.
 
-    Per call it reads the attribute count and types, both scalars' dtypes and values and compares the token:
-    six reads, each dereferencing only what the frame declares. The names are compared by `_check_attrs`
-    the first time a name table is seen; XLA keeps a call site's attributes (names included) for the life
-    of its executable, and a later table at a reused address still has to carry two int64 scalars with
-    this process's token to pass.
+    A jarp call has exactly two attributes: ``abi``, the int64 version of jarp's call ABI it was lowered
+    with, and ``desc``, the plan's description (UTF-8 JSON, `jarp.warp._plan._describe`). They are read as
+    the types the frame declares; a loaded program may have been crafted, so nothing else is assumed.
+
+    Args:
+        frame: the call frame (of the instantiate stage).
+        abi: the call-ABI version this jarp speaks.
     """
-    mem = MEM
-    n, types, names, values = _ATTRS(mem, frame + _FRAME_ATTRS_SIZE)
-    if n == 2 and U64(mem, types)[0] == _TWO_SCALARS and names in _checked_names:
-        plan_attr, session_attr = _PAIR(mem, values)
-        plan_type, plan_value = _SCALAR(mem, plan_attr)
-        session_type, session_value = _SCALAR(mem, session_attr)
-        if plan_type == _S64 and session_type == _S64 and _I64(mem, session_value)[0] == _SESSION_INT:
-            return _I64(mem, plan_value)[0]
-    return _check_attrs(frame, names)
-
-
-def _check_attrs(frame: int, names: int) -> int:
-    """Check a frame's attributes in full (read as the types they declare); return the handle or raise `CallError`."""
     attrs = _xla_ffi.describe_attrs(frame)
     invalid = _xla_ffi.ErrorCode.INVALID_ARGUMENT
-    got = ", ".join(f"{name}: {kind}" + ("" if value is None else f" {value!r}") for name, kind, value in attrs)
     found = tuple(name for name, _, _ in attrs)
     if found != _ATTR_NAMES:
+        got = ", ".join(f"{name}: {kind}" for name, kind, _ in attrs)
         wrong = [f"attribute {n!r} is missing" for n in _ATTR_NAMES if n not in found]
         wrong += [f"attribute {n!r} is not one of them" for n in found if n not in _ATTR_NAMES]
         raise CallError(
             invalid,
-            f"expects exactly the attributes plan and session (int64 scalars, as jarp lowers its calls); "
+            f"expects exactly the attributes abi (int64) and desc (string), as jarp lowers its calls; "
             f"{'; '.join(wrong) or 'an attribute is repeated'} (got {got or 'no attributes'}). The target is "
             "jarp's own: call kernels through jarp.warp.jax_kernel or jax_callable, not jax.ffi.ffi_call.",
         )
-    for name, kind, value in attrs:
-        if kind != "int64":
-            raise CallError(
-                invalid,
-                f"attribute {name!r} must be an int64 scalar, got {kind}" + ("" if value is None else f" {value!r}"),
-            )
-    (_, _, handle), (_, _, session) = attrs
-    if session != _SESSION_INT:
+    (_, abi_kind, version), (_, desc_kind, _) = attrs
+    if abi_kind != "int64":
+        raise CallError(invalid, f"attribute 'abi' must be an int64 scalar, got {abi_kind} {version!r}")
+    if version != abi:
         raise CallError(
             _xla_ffi.ErrorCode.FAILED_PRECONDITION,
-            "this executable was compiled in another process (session token mismatch); recompile it in this "
-            "process (or, for a hand-written call, do not call jarp's target directly). Plan handles index a "
-            "per-process registry, so a compiled jarp call cannot be serialised and loaded elsewhere.",
+            f"this program was compiled with jarp's call ABI version {version}, and this jarp "
+            f"(jarp.warp call ABI {abi}) cannot run it; recompile the program with this jarp, or load it where "
+            f"the jarp that compiled it is installed.",
         )
-    with _checked_names_lock:
-        if len(_checked_names) >= _MAX_CHECKED_NAMES:
-            _checked_names.clear()
-        _checked_names.add(names)
-    return handle
+    if desc_kind != "string":
+        raise CallError(invalid, f"attribute 'desc' must be a string, got {desc_kind}")
+    values = _xla_ffi.read_attrs(frame + _xla_ffi.FRAME_ATTRS_STRUCT)
+    raw = _xla_ffi.read_bytes(values[1][2])
+    if len(raw) > MAX_DESCRIPTION:
+        raise CallError(
+            invalid, f"attribute 'desc' is {len(raw)} bytes; jarp's descriptions are at most {MAX_DESCRIPTION}"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CallError(invalid, f"attribute 'desc' is not UTF-8 text ({e})") from None
 
 
 class FrameBuffers:

@@ -73,6 +73,8 @@ _HANDLERS = {
     ("CUDA", True): "jarp_handler_cuda",
     ("CUDA", False): "jarp_handler_cuda_no_graph",
 }
+_INSTANTIATE = {key: name.replace("_handler_", "_instantiate_") for key, name in _HANDLERS.items()}
+_ORDER = (("cpu", False), ("cpu", True), ("CUDA", False), ("CUDA", True))  # [platform * 2 + graph] in the handler
 
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
@@ -163,6 +165,9 @@ def _expected_layout() -> dict[str, int]:
         "XLA_FFI_Api.XLA_FFI_Error_Create": x._API_ERROR_CREATE,
         "XLA_FFI_Api.XLA_FFI_Stream_Get": x._API_STREAM_GET,
         "XLA_FFI_Api.XLA_FFI_DeviceOrdinal_Get": x._API_DEVICE_ORDINAL_GET,
+        "XLA_FFI_Api.XLA_FFI_State_Set": x._API_STATE_SET,
+        "XLA_FFI_Api.XLA_FFI_State_Get": x._API_STATE_GET,
+        "XLA_FFI_Metadata.state_type_id": x.METADATA_STATE_TYPE,
     }
 
 
@@ -259,8 +264,13 @@ class NativeHandler:
 
     def __init__(self, lookup: Any, path: Path) -> None:
         self.path = path
-        self._symbols = {name: lookup(name) for name in (*_HANDLERS.values(), "jarp_floor_handler")}
+        self._symbols = {
+            name: lookup(name) for name in (*_HANDLERS.values(), *_INSTANTIATE.values(), "jarp_floor_handler")
+        }
         for name in (
+            "jarp_state_type",
+            "jarp_state_info",
+            "jarp_take_released",
             "jarp_configure",
             "jarp_add_chunk",
             "jarp_publish",
@@ -274,7 +284,9 @@ class NativeHandler:
         if missing:
             raise RuntimeError(f"symbols missing from the compiled handler: {', '.join(missing)}")
         self._check_layout()
-        self._configure = ctypes.CFUNCTYPE(None, _I64, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._configure = ctypes.CFUNCTYPE(None, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._take_released = ctypes.CFUNCTYPE(_I64, ctypes.POINTER(_I64), _I64)(self._symbols["jarp_take_released"])
+        self._released_lock = threading.Lock()
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
@@ -328,17 +340,48 @@ class NativeHandler:
         """The address of the handler registered as jarp's target on ``platform_name`` (``"cpu"``/``"CUDA"``)."""
         return self._symbols[_HANDLERS[(platform_name, graph)]]
 
+    def instantiate_address(self, platform_name: str, graph: bool) -> int:
+        """The address of the instantiate-stage handler of jarp's target on ``platform_name``."""
+        return self._symbols[_INSTANTIATE[(platform_name, graph)]]
+
+    @property
+    def state_type(self) -> int:
+        """The address of jarp's ``XLA_FFI_TypeId`` (XLA writes the id there when the type is registered)."""
+        return self._symbols["jarp_state_type"]
+
+    @property
+    def state_info(self) -> int:
+        """The address of the ``XLA_FFI_TypeInfo`` of jarp's state (its deleter queues the state's lease)."""
+        return self._symbols["jarp_state_info"]
+
+    def take_released(self) -> list[int]:
+        """The lease ids of the states XLA deleted since the last call (their executables were destroyed)."""
+        out = (_I64 * 256)()
+        ids: list[int] = []
+        with self._released_lock:  # the handler's queue has one consumer at a time
+            while n := self._take_released(out, 256):
+                ids.extend(out[:n])
+        return ids
+
     @property
     def floor_address(self) -> int:
         """A handler that only answers XLA's metadata query: the cost floor of any native FFI handler."""
         return self._symbols["jarp_floor_handler"]
 
-    def configure(self, session: int, slow: dict[tuple[str, bool], int], cuda: tuple[int, int] | None = None) -> None:
-        """Set the session token and the Python callbacks (keyed like the handlers); call before registering.
+    def configure(
+        self,
+        slow: dict[tuple[str, bool], int],
+        resolve: dict[tuple[str, bool], int],
+        cuda: tuple[int, int] | None = None,
+    ) -> None:
+        """Set the Python callbacks (keyed like the handlers); call before registering.
 
         Args:
-            session: this process's session token (the ``session`` attribute of jarp's calls).
-            slow: the address of the Python callback for each ``(platform, graph)``, as the handlers are keyed.
+            slow: the address of the Python callback of the execute stage for each ``(platform, graph)``, as
+                the handlers are keyed: frames the handler does not serve itself.
+            resolve: the address of the Python side of the instantiate stage for each ``(platform, graph)``:
+                ``XLA_FFI_Error* resolve(XLA_FFI_CallFrame*, int64_t out[2])`` writes the plan handle and a
+                lease id the call's description resolves to.
             cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel`` and
                 ``wp_memset_device``, which the CUDA handlers call; None (the default) for Warp's own where
                 CUDA is available (and none otherwise: no CUDA frame can reach the handler then).
@@ -348,15 +391,8 @@ class NativeHandler:
             cuda_launch, cuda_memset = cuda
         elif wp.is_cuda_available():
             cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
-        self._configure(
-            int(session),
-            slow[("cpu", True)],
-            slow[("cpu", False)],
-            slow[("CUDA", True)],
-            slow[("CUDA", False)],
-            cuda_launch,
-            cuda_memset,
-        )
+        self._callbacks = ((_P * 4)(*[slow[k] for k in _ORDER]), (_P * 4)(*[resolve[k] for k in _ORDER]))
+        self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset)
 
     def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
         """Publish the descriptor of (``handle``, device ``slot``); False if the table cannot hold it."""
@@ -454,30 +490,33 @@ def cached_object(
 
 
 def handler() -> NativeHandler | None:
-    """The native handler, built and loaded at the first call; None on the Python path.
+    """The native handler, built and loaded at the first call; None if it cannot be built here.
 
-    The Python path is taken when ``JARP_LAUNCH=python`` is set, or, with one `RuntimeWarning` naming
-    the reason, when the handler cannot be built or loaded here.
+    With ``JARP_LAUNCH=python`` the handler still serves XLA's instantiate stage (the per-executable state
+    that keeps a call's plan), but `activate` is not called, so no launch is published and every execution
+    goes to the Python callback. When the handler cannot be built or loaded, jarp warns once (unless
+    ``JARP_LAUNCH=python`` chose the Python path) and runs both stages in Python.
     """
     with _lock:
         if "handler" in _state:
             return _state["handler"]
         choice = os.environ.get(ENV, "native").strip().lower()
-        result: NativeHandler | None = None
-        if choice == "python":
-            _state["status"] = f"python ({ENV}=python)"
-        elif choice not in ("native", ""):
+        if choice not in ("native", "", "python"):
             raise ValueError(f"{ENV}={os.environ[ENV]!r} is not a launch path; use 'native' (the default) or 'python'.")
-        else:
-            try:
-                result = _build()
-                _state["status"] = "native"
-            except Exception as e:
+        result: NativeHandler | None = None
+        try:
+            result = _build()
+            _state["status"] = "native" if choice != "python" else f"python ({ENV}=python)"
+        except Exception as e:
+            if choice == "python":
+                _state["status"] = f"python ({ENV}=python)"
+            else:
                 _state["status"] = f"python (the native handler failed to build: {e})"
                 warnings.warn(
                     f"jarp could not build its native launch handler ({type(e).__name__}: {e}); kernels launch "
                     f"through the Python callback instead (correct, but ~3 us more per launch and serialised by "
-                    f"the GIL). Set {ENV}=python to choose that path explicitly and silence this warning.",
+                    f"the GIL, and the plans of destroyed executables are kept until the process ends). Set "
+                    f"{ENV}=python to choose that path explicitly and silence this warning.",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -486,12 +525,12 @@ def handler() -> NativeHandler | None:
 
 
 def activate(native: NativeHandler) -> None:
-    """Make ``native`` the handler this process's FFI targets are registered with (`_target.ensure_registered`)."""
+    """Let ``native`` launch published plans itself (`_target.ensure_registered`, on the native path only)."""
     _state["active"] = native
 
 
 def active() -> NativeHandler | None:
-    """The native handler the FFI targets are registered with; None on the Python path or before registration."""
+    """The native handler that launches published plans; None on the Python path or before registration."""
     return _state.get("active")
 
 

@@ -5,6 +5,13 @@
 // call frame is read through the header's declarations, not through offsets written by hand.
 // Only freestanding headers are needed; _native.py provides <stddef.h> and <stdint.h>.
 //
+// Each jarp call names its launch by content (a description attribute), never by a process-local handle,
+// so a compiled program means the same in any process. XLA runs the instantiate stage once per loaded
+// executable: the handler asks jarp's Python side to resolve the description to a plan handle (rebuilding
+// the plan if this process never traced it) and keeps the handle, with the lease that keeps the plan
+// registered, as the call's XLA FFI state; the state's deleter (run when XLA destroys the executable)
+// queues the lease for release. Every execution reads its handle from that state.
+//
 // Python prepares one immutable launch descriptor per (plan handle, device) and publishes it in a
 // two-level table (chunks of handles x device slots). The handler reads the table with acquire loads,
 // no lock and no GIL. Anything it does not recognise exactly (a frame another process or a
@@ -20,6 +27,10 @@ static_assert(sizeof(void*) == 8, "jarp's native handler needs a 64-bit target")
 
 extern "C" void* memset(void* dst, int value, size_t n);
 extern "C" void* memcpy(void* dst, const void* src, size_t n);
+extern "C" void* malloc(size_t n);
+extern "C" void free(void* p);
+// The id of jarp's state type; XLA assigns it when jarp registers the type (`jax.ffi.register_ffi_type`).
+extern "C" XLA_FFI_TypeId jarp_state_type;
 
 namespace {
 
@@ -86,13 +97,14 @@ constexpr int64_t kDeviceSlots = 17;     // the CPU and 16 CUDA ordinals
 Descriptor** g_chunks[kMaxChunks];
 
 typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*);
+typedef XLA_FFI_Error* (*Resolve)(XLA_FFI_CallFrame*, int64_t*);
 typedef size_t (*CudaLaunch)(void*, void*, size_t, int, int, int, int, int, void**, void*, const void*);
 typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
 typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
 
 SlowPath g_slow[4];  // [platform * 2 + graph]
-int64_t g_session;
+Resolve g_resolve[4];  // [platform * 2 + graph]: the instantiate stage's Python side
 CudaLaunch g_cuda_launch;
 CudaMemset g_cuda_memset;
 // Interpreter exit (jarp's atexit hook): once g_exiting is set, no frame goes to the Python callback, and the
@@ -101,6 +113,24 @@ CudaMemset g_cuda_memset;
 // it forever when it is destroyed: the process hangs at exit.
 int64_t g_exiting;
 int64_t g_in_python;
+
+// ---- the per-executable state: a plan handle and the lease that keeps it registered ----
+
+struct State {
+  int64_t handle;
+  int64_t lease;  // the Python side's lease id, released once XLA deletes the state
+  State* next;    // in the release queue
+};
+
+State* g_released;                  // a lock-free stack of deleted states, drained by Python
+
+void delete_state(void* object) {  // XLA_FFI_TypeInfo's deleter: any thread, any time, no Python
+  State* state = static_cast<State*>(object);
+  State* head = __atomic_load_n(&g_released, __ATOMIC_ACQUIRE);
+  do {
+    state->next = head;
+  } while (!__atomic_compare_exchange_n(&g_released, &head, state, true, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
 
 inline Descriptor* lookup(int64_t handle, int64_t slot) {
   if (handle < 0 || handle >= kChunkHandles * kMaxChunks) return nullptr;
@@ -148,13 +178,15 @@ bool answer_metadata(XLA_FFI_CallFrame* frame, bool graph) {
   meta->api_version.major_version = 0;
   meta->api_version.minor_version = 1;
   meta->traits = graph ? XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE : 0;
+  meta->state_type_id = jarp_state_type;
   return true;
 }
 
 // Pass a frame to jarp's Python callback, unless the interpreter is exiting (then the call fails with an error).
 // The increment comes before the check (both sequentially consistent), and the exit hook sets g_exiting before
 // it reads g_in_python: either the hook sees this call and waits for it, or this call sees the flag.
-XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame) {
+template <typename F>
+XLA_FFI_Error* python(XLA_FFI_CallFrame* frame, F call) {
   __atomic_add_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&g_exiting, __ATOMIC_SEQ_CST)) {
     __atomic_sub_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
@@ -162,9 +194,39 @@ XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame) {
                  "jarp: the Python interpreter is exiting, so this kernel call (which needs jarp's Python "
                  "callback) was not run; wait for the results you need before the script ends");
   }
-  XLA_FFI_Error* result = slow(frame);
+  XLA_FFI_Error* result = call();
   __atomic_sub_fetch(&g_in_python, 1, __ATOMIC_SEQ_CST);
   return result;
+}
+
+XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame) {
+  return python(frame, [&] { return slow(frame); });
+}
+
+// The instantiate stage (once per loaded executable): resolve the call's description to a plan handle and a
+// lease (jarp's Python side checks the attributes in full) and keep both as the call's state.
+template <int kCuda, int kGraph>
+XLA_FFI_Error* instantiate(XLA_FFI_CallFrame* frame) {
+  if (frame->extension_start != nullptr && answer_metadata(frame, kGraph)) return nullptr;
+  int64_t out[2] = {-1, -1};
+  Resolve resolve = g_resolve[kCuda * 2 + kGraph];
+  XLA_FFI_Error* err = python(frame, [&] { return resolve(frame, out); });
+  if (err != nullptr) return err;
+  State* state = static_cast<State*>(malloc(sizeof(State)));
+  if (state == nullptr) return error(frame, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "jarp: out of memory");
+  state->handle = out[0];
+  state->lease = out[1];
+  state->next = nullptr;
+  XLA_FFI_State_Set_Args args;
+  args.struct_size = XLA_FFI_State_Set_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = frame->ctx;
+  args.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+  args.type_id = &jarp_state_type;
+  args.state = state;
+  err = frame->api->XLA_FFI_State_Set(&args);
+  if (err != nullptr) delete_state(state);  // the lease goes back to Python
+  return err;
 }
 
 template <int kCuda, int kGraph>
@@ -173,12 +235,25 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
   if (frame->extension_start != nullptr && answer_metadata(frame, kGraph)) return nullptr;
   if (frame->struct_size < XLA_FFI_CallFrame_STRUCT_SIZE) return python(slow, frame);
 
-  // Exactly jarp's attributes (XLA passes them sorted by name): plan, session; this process's token.
-  const XLA_FFI_Attrs& attrs = frame->attrs;
-  int64_t handle, session;
-  if (attrs.size != 2 || !is_name(attrs.names[0], "plan", 4) || !is_name(attrs.names[1], "session", 7) ||
-      !read_int64(attrs, 0, &handle) || !read_int64(attrs, 1, &session) || session != g_session)
+  // The plan handle the instantiate stage resolved this call's description to.
+  XLA_FFI_State_Get_Args get;
+  get.struct_size = XLA_FFI_State_Get_Args_STRUCT_SIZE;
+  get.extension_start = nullptr;
+  get.ctx = frame->ctx;
+  get.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+  get.type_id = &jarp_state_type;
+  get.state = nullptr;
+  XLA_FFI_Error* missing = frame->api->XLA_FFI_State_Get(&get);
+  if (missing != nullptr) {  // not instantiated by jarp: the Python side explains
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = missing;
+    frame->api->XLA_FFI_Error_Destroy(&destroy);
     return python(slow, frame);
+  }
+  if (get.state == nullptr) return python(slow, frame);
+  int64_t handle = static_cast<const State*>(get.state)->handle;
 
   int64_t slot = 0;
   if (kCuda) {
@@ -274,11 +349,33 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
 
 extern "C" {
 
-// The handlers, one per (platform, graph trait); jarp registers them as its FFI targets.
+// The handlers, one per (platform, graph trait) and stage; jarp registers them as its FFI targets.
 XLA_FFI_Error* jarp_handler_cpu(XLA_FFI_CallFrame* frame) { return handler<0, 1>(frame); }
 XLA_FFI_Error* jarp_handler_cpu_no_graph(XLA_FFI_CallFrame* frame) { return handler<0, 0>(frame); }
 XLA_FFI_Error* jarp_handler_cuda(XLA_FFI_CallFrame* frame) { return handler<1, 1>(frame); }
 XLA_FFI_Error* jarp_handler_cuda_no_graph(XLA_FFI_CallFrame* frame) { return handler<1, 0>(frame); }
+XLA_FFI_Error* jarp_instantiate_cpu(XLA_FFI_CallFrame* frame) { return instantiate<0, 1>(frame); }
+XLA_FFI_Error* jarp_instantiate_cpu_no_graph(XLA_FFI_CallFrame* frame) { return instantiate<0, 0>(frame); }
+XLA_FFI_Error* jarp_instantiate_cuda(XLA_FFI_CallFrame* frame) { return instantiate<1, 1>(frame); }
+XLA_FFI_Error* jarp_instantiate_cuda_no_graph(XLA_FFI_CallFrame* frame) { return instantiate<1, 0>(frame); }
+
+XLA_FFI_TypeId jarp_state_type = {0};
+const XLA_FFI_TypeInfo jarp_state_info = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr, delete_state};
+
+// Drain the states XLA deleted: write up to ``max`` lease ids to ``out`` and free the states; the count written.
+// One consumer at a time (Python calls it under a lock); producers only push, so there is no ABA.
+int64_t jarp_take_released(int64_t* out, int64_t max) {
+  static State* taken = nullptr;
+  if (taken == nullptr) taken = __atomic_exchange_n(&g_released, nullptr, __ATOMIC_ACQ_REL);
+  int64_t n = 0;
+  while (taken != nullptr && n < max) {
+    State* state = taken;
+    taken = state->next;
+    out[n++] = state->lease;
+    free(state);
+  }
+  return n;
+}
 
 // The floor of what a handler costs: answers XLA's metadata query, otherwise does nothing
 // (benchmarks/bench_launch.py times it beside jarp's handler).
@@ -287,14 +384,13 @@ XLA_FFI_Error* jarp_floor_handler(XLA_FFI_CallFrame* frame) {
   return nullptr;
 }
 
-// Set once, before the handlers are registered.
-void jarp_configure(int64_t session, void* slow_cpu, void* slow_cpu_no_graph, void* slow_cuda,
-                    void* slow_cuda_no_graph, void* cuda_launch, void* cuda_memset) {
-  g_session = session;
-  g_slow[0] = reinterpret_cast<SlowPath>(slow_cpu_no_graph);
-  g_slow[1] = reinterpret_cast<SlowPath>(slow_cpu);
-  g_slow[2] = reinterpret_cast<SlowPath>(slow_cuda_no_graph);
-  g_slow[3] = reinterpret_cast<SlowPath>(slow_cuda);
+// Set once, before the handlers are registered: the Python callbacks ([platform * 2 + graph], for the execute
+// and the instantiate stage) and Warp's CUDA launch and memset functions.
+void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, void* cuda_memset) {
+  for (int i = 0; i < 4; ++i) {
+    g_slow[i] = reinterpret_cast<SlowPath>(slow[i]);
+    g_resolve[i] = reinterpret_cast<Resolve>(resolve[i]);
+  }
   g_cuda_launch = reinterpret_cast<CudaLaunch>(cuda_launch);
   g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
 }
@@ -358,6 +454,9 @@ extern const int64_t jarp_layout[] = {
     static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)),
     static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_Stream_Get)),
     static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_State_Set)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Api, XLA_FFI_State_Get)),
+    static_cast<int64_t>(__builtin_offsetof(XLA_FFI_Metadata, state_type_id)),
 };
 extern const int64_t jarp_layout_size = sizeof(jarp_layout) / sizeof(jarp_layout[0]);
 

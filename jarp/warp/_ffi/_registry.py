@@ -1,21 +1,30 @@
-"""The process-local registry of live plans: ``plan <-> handle``, and the leases that keep a handle registered.
+"""The process-local registry of live plans: ``plan <-> handle``, descriptions, and the leases that keep a plan.
 
-It receives plans from the JAX stage's lowering (which attaches a lease to each executable) and hands them to
-the FFI target, which finds a call's plan by the handle lowered into it. It lives in the FFI stage because
-the custom call is where handles are resolved; the JAX stage only leases. It imports the plan values and
-nothing above this stage.
+A compiled jarp call names its plan by content: a description (`jarp.warp._plan._describe`) that means the
+same in every process. The JAX stage's lowering asks for a plan's description (`description`), which the
+registry remembers, and attaches a lease to the executable it lowers (in this process only: an exported
+program carries nothing process-local). XLA's instantiate stage, once per loaded executable, hands the
+description back (`resolve`): the plan is found (or, in a process that never traced it, rebuilt) and
+leased for as long as XLA keeps that executable's state. Handles are this process's own and never leave
+it. It lives in the FFI stage because the custom call is where descriptions are resolved; it imports the
+plan stage and nothing above it.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import threading
 import weakref
 from typing import Any
 
+from .._plan import _describe
 from .._plan._values import Plan
+
+# The token of this process in the descriptions of plans that cannot be found again elsewhere.
+_LOCAL = os.urandom(8).hex()
 
 
 class ReleasedPlanError(LookupError):
@@ -54,8 +63,8 @@ class _Lease:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # `jax.experimental.serialize_executable` pickles an executable with its keepalives: loaded
-        # in this process, the copy holds a lease of its own; loaded elsewhere, none (the FFI
-        # callback refuses the other process's session token there).
+        # in this process, the copy holds a lease of its own; loaded elsewhere, none (the instantiate
+        # stage there resolves each call's description, and its state holds the lease).
         return (_unpickle_lease, (_PROCESS, self.handle))
 
 
@@ -92,6 +101,84 @@ class _Registry:
         self._idle: set[int] = set()
         self._next = 0
         self._hooks: list[Any] = []
+        self._described: weakref.WeakValueDictionary[str, Plan] = weakref.WeakValueDictionary()
+        self._state_leases: dict[int, _Lease] = {}  # lease id -> the lease an executable's XLA FFI state holds
+        self._next_state = 0
+        self._sources: list[Any] = []  # functions returning the lease ids of deleted states
+
+    # -- descriptions (the content-addressed names of compiled calls) --
+
+    def description(self, plan: Plan) -> str:
+        """The text a compiled call of ``plan`` carries (`jarp.warp._plan._describe`), remembered for `resolve`.
+
+        A plan whose target cannot be found again in another process (a lambda, a closure) gets a
+        description that only this process resolves: it names this process and the plan's handle.
+        """
+        why = _describe.not_describable(plan)
+        if why is None:
+            text = _describe.describe(plan)
+        else:
+            handle = self.handle(plan)
+            local = {"process": _LOCAL, "handle": handle, "name": plan.name, "why": why}
+            text = json.dumps({"abi": _describe.ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
+        self._described[text] = plan
+        return text
+
+    def resolve(self, text: str) -> tuple[int, int]:
+        """The handle of the plan ``text`` describes and a lease id that keeps it registered (the instantiate stage).
+
+        The plan is the one this process traced, or is rebuilt from the description (a program compiled
+        elsewhere: a persistent-cache hit, a deserialised export or executable). The lease lasts until
+        `release_states` receives its id, when XLA deletes the executable's state.
+
+        Raises:
+            jarp.warp._plan._describe.DescriptionError: the description does not validate, names a kernel or
+                function this process does not define (or defines with other code), or another process.
+        """
+        plan = self._described.get(text)
+        if plan is None:
+            local = _read_local(text)
+            if local is not None:
+                process, handle, why = local
+                if process != _LOCAL:
+                    raise _describe.DescriptionError(
+                        "not_found",
+                        f"this call was compiled in another process and cannot be rebuilt here: {why}",
+                    )
+                try:
+                    plan = self.plan(handle)
+                except ReleasedPlanError as e:
+                    raise _describe.DescriptionError("not_found", str(e)) from None
+            else:
+                plan = _describe.rebuild(text)
+            self._described[text] = plan
+        handle, lease = self.lease(plan)
+        with self._lock:
+            lease_id = self._next_state
+            self._next_state += 1
+            self._state_leases[lease_id] = lease
+        return handle, lease_id
+
+    def release_states(self, lease_ids: list[int]) -> None:
+        """Drop the leases of deleted XLA FFI states (their executables were destroyed)."""
+        with self._lock:
+            for lease_id in lease_ids:
+                self._state_leases.pop(lease_id, None)
+
+    def add_source(self, source: Any) -> None:
+        """Poll ``source()`` (the lease ids of deleted states) at every safe point."""
+        self._sources.append(source)
+
+    def state_leases(self) -> int:
+        """How many executables' states hold a lease (for inspection and tests)."""
+        self._poll()
+        return len(self._state_leases)
+
+    def _poll(self) -> None:
+        for source in self._sources:
+            ids = source()
+            if ids:
+                self.release_states(ids)
 
     def handle(self, plan: Plan) -> int:
         """The handle of ``plan``, registering it if it is new."""
@@ -122,6 +209,7 @@ class _Registry:
         return _Lease(self, handle)
 
     def _acquire(self, plan: Plan, lease: bool) -> tuple[int, _Lease | None]:
+        self._poll()
         with self._lock:
             released = self._collect()
             handle = self._handles.get(plan)
@@ -197,6 +285,7 @@ class _Registry:
 
     def release_idle(self) -> None:
         """Release the handles no executable uses any more (a safe point: tracing a new call)."""
+        self._poll()
         if self._dead or self._idle:
             with self._lock:
                 released = self._collect()
@@ -251,6 +340,21 @@ class _Registry:
     def __len__(self) -> int:
         self.release_idle()
         return len(self._plans)
+
+
+def _read_local(text: str) -> tuple[str, int, str] | None:
+    """``(process, handle, why)`` of a description only its own process resolves; None for any other text."""
+    if '"local"' not in text:
+        return None
+    try:
+        value = json.loads(text)
+        local = value["local"]
+        process, handle, why = local["process"], local["handle"], local["why"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(process, str) and isinstance(handle, int) and isinstance(why, str)):
+        return None
+    return process, handle, why
 
 
 registry = _Registry()

@@ -1,9 +1,12 @@
-"""jarp's XLA FFI targets: their registration, and the callback XLA calls inside the custom call.
+"""jarp's XLA FFI targets: their registration, and the callbacks XLA calls inside the custom call.
 
-XLA calls `_callback` with a raw call frame (on the native path, only for frames the C++ handler does
-not serve itself). The callback checks the frame (`_frame`) before it touches any buffer, finds the
-per-(plan, device) executor that was prepared once (`_executors`) and runs it. Errors become XLA FFI
-errors, which JAX raises as Python exceptions at the call site.
+Each target is a handler bundle with two stages. The instantiate stage runs once per loaded executable: it
+reads the call's attributes (jarp's call-ABI version and the plan's description, see `_frame`), resolves
+the description to a plan handle through the registry (rebuilding the plan in a process that never traced
+it) and keeps the handle and a lease as the call's XLA FFI state. The execute stage reads the handle from
+that state, finds the per-(plan, device) executor prepared once (`_executors`) and runs it. On the native
+path the C++ handler does both and calls `_resolve` and `_callback` only for what it does not serve itself;
+errors become XLA FFI errors, which JAX raises as Python exceptions at the call site.
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ from __future__ import annotations
 import atexit
 import ctypes
 import threading
+from typing import Any
 
+import jax
+
+from .._plan import _describe
 from .._upstream import _xla_ffi
 from . import _errors, _native, _trampoline
 from ._executors import cpu_executors, executor_count, executors, get_executor
-from ._frame import MEM, SESSION, U64, CallError, read_handle
+from ._frame import CallError, read_description
 from ._registry import registry
 
 __all__ = [
-    "SESSION",
+    "ABI_VERSION",
     "TARGET",
     "TARGET_NO_GRAPH",
     "ensure_registered",
@@ -30,20 +37,25 @@ __all__ = [
 
 TARGET = "jarp_warp_call"
 TARGET_NO_GRAPH = "jarp_warp_call_no_graph"
+ABI_VERSION = _describe.ABI_VERSION
+STATE_TYPE = "jarp_plan_state"
 
 _register_lock = threading.Lock()
 _registered = False
 _FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
+_RESOLVE_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+_keep: list[Any] = []  # what XLA holds raw pointers to, for the life of the process
+_state_type = 0  # the address of jarp's XLA_FFI_TypeId
 
 
 def _drain_at_exit() -> None:
-    """At interpreter exit, keep XLA's worker threads out of the Python callback (see `NativeHandler.drain_at_exit`).
+    """At interpreter exit, keep XLA's worker threads out of the Python callbacks (see `NativeHandler.drain_at_exit`).
 
     Registered when jarp is imported, so that it runs after the exit hooks of the code that imports jarp (which
     may still call kernels) and before JAX's own (atexit runs the last registered first), all before CPython
-    starts finalizing. On the Python path there is nothing to guard with: see docs/multi-device.md.
+    starts finalizing. Without the native handler there is nothing to guard with: see docs/multi-device.md.
     """
-    native = _native.active()
+    native = _native.handler() if _registered else None
     if native is not None:
         native.drain_at_exit()
 
@@ -52,8 +64,8 @@ atexit.register(_drain_at_exit)
 
 
 def ensure_registered() -> None:
-    """Register jarp's FFI targets with XLA for CPU and CUDA (once per process)."""
-    global _registered
+    """Register jarp's state type and FFI targets with XLA for CPU and CUDA (once per process)."""
+    global _registered, _state_type
     if _registered:
         return
     with _register_lock:
@@ -62,24 +74,111 @@ def ensure_registered() -> None:
         _xla_ffi.check_layout()
         native = _native.handler()
         callbacks: dict[tuple[str, bool], int] = {}
+        resolvers: dict[tuple[str, bool], int] = {}
         for graph in (True, False):
             for platform in _trampoline.PLATFORMS:
                 callbacks[(platform, graph)] = _trampoline.trampoline(
                     lambda frame, p=platform, g=graph: _callback(frame, p, g)
                 )
+                resolver = _RESOLVE_TYPE(_resolve)
+                _keep.append(resolver)
+                resolvers[(platform, graph)] = ctypes.cast(resolver, ctypes.c_void_p).value or 0
         if native is not None:
-            # The native handler serves prepared kernel plans and passes every other frame to these callbacks.
-            native.configure(int(SESSION), callbacks)
-            _native.activate(native)
+            native.configure(callbacks, resolvers)
+            if _native.status() == "native":
+                # The native handler launches published plans itself and passes every other frame to `_callback`.
+                _native.activate(native)
+            registry.add_source(native.take_released)
+            type_id, type_info = native.state_type, native.state_info
+            bundles = {
+                key: {"instantiate": native.instantiate_address(*key), "execute": native.address(*key)}
+                for key in callbacks
+            }
+        else:
+            type_id, type_info = _python_state_type()
+            bundles = {
+                key: {
+                    "instantiate": _trampoline.trampoline(lambda frame, g=key[1]: _instantiate(frame, g)),
+                    "execute": callbacks[key],
+                }
+                for key in callbacks
+            }
+        _state_type = type_id
+        for platform in _trampoline.PLATFORMS:
+            registration = {
+                "type_id": jax.ffi.pycapsule(ctypes.c_void_p(type_id)),
+                "type_info": jax.ffi.pycapsule(ctypes.c_void_p(type_info)),
+            }
+            jax.ffi.register_ffi_type(STATE_TYPE, registration, platform=platform)  # type: ignore[arg-type]
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
-            _trampoline.register_target(
-                name,
-                {
-                    p: callbacks[(p, graph)] if native is None else native.address(p, graph)
-                    for p in _trampoline.PLATFORMS
-                },
-            )
+            _trampoline.register_bundle(name, {p: bundles[(p, graph)] for p in _trampoline.PLATFORMS})
         _registered = True
+
+
+class _TypeInfo(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", ctypes.c_void_p), ("deleter", ctypes.c_void_p))
+
+
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype = ctypes.c_void_p
+_libc.malloc.argtypes = (ctypes.c_size_t,)
+
+
+def _python_state_type() -> tuple[int, int]:
+    """Without the native handler: a state type whose deleter is C's ``free`` (no Python runs in XLA's deleter).
+
+    Its states are never reported as deleted, so the plans of loaded executables are kept until the process
+    ends on this path (the native handler queues each deleted state's lease instead).
+    """
+    type_id = ctypes.c_int64(0)
+    info = _TypeInfo(ctypes.sizeof(_TypeInfo), None, ctypes.cast(_libc.free, ctypes.c_void_p).value)
+    _keep.extend((type_id, info))
+    return ctypes.addressof(type_id), ctypes.addressof(info)
+
+
+def _instantiate(frame: int, graph: bool) -> int | None:
+    """The instantiate stage on the Python path: `_resolve`, then keep the handle as the call's state."""
+    try:
+        if _xla_ffi.read_ptr(frame + _FRAME_EXTENSION) and _xla_ffi.answer_metadata_query(frame, graph, _state_value()):
+            return None
+        out = (ctypes.c_int64 * 2)()
+        error = _resolve(frame, out)
+        if error:
+            return error
+        state = _libc.malloc(24)  # the native handler's State: handle, lease id, next
+        if not state:
+            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.RESOURCE_EXHAUSTED, "jarp: out of memory")
+        ctypes.memmove(state, bytes(out) + bytes(8), 24)
+        return _xla_ffi.set_state(frame, _state_type, state) or None
+    except BaseException:
+        return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed to instantiate")
+
+
+def _state_value() -> int:
+    return ctypes.c_int64.from_address(_state_type).value if _state_type else 0
+
+
+def _resolve(frame: int, out: Any) -> int | None:
+    """The Python side of the instantiate stage: the call's plan handle and a lease id, written to ``out``."""
+    try:
+        text = read_description(frame, ABI_VERSION)
+        try:
+            out[0], out[1] = registry.resolve(text)
+        except _describe.DescriptionError as e:
+            code = {
+                "not_found": _xla_ffi.ErrorCode.NOT_FOUND,
+                "changed": _xla_ffi.ErrorCode.FAILED_PRECONDITION,
+                "abi": _xla_ffi.ErrorCode.FAILED_PRECONDITION,
+            }.get(e.reason, _xla_ffi.ErrorCode.INVALID_ARGUMENT)
+            raise CallError(code, str(e)) from None
+        return None
+    except CallError as e:
+        return _xla_ffi.create_error(frame, e.code, f"{TARGET}: {e}")
+    except BaseException as e:
+        try:
+            return _errors.ffi_error(frame, e, TARGET)
+        except BaseException:  # never let an exception escape to ctypes: XLA would read garbage as success
+            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed")
 
 
 def launch_path() -> str:
@@ -92,11 +191,24 @@ def is_registered() -> bool:
     return _registered
 
 
+def state_handle(frame: int) -> int:
+    """The plan handle the instantiate stage kept as this call's state; `CallError` if it has none."""
+    state = _xla_ffi.get_state(frame, _state_type)
+    if not state:
+        raise CallError(
+            _xla_ffi.ErrorCode.FAILED_PRECONDITION,
+            "this call has no jarp state: its instantiate stage did not run through jarp's target. The target is "
+            "jarp's own: call kernels through jarp.warp.jax_kernel or jax_callable, not jax.ffi.ffi_call.",
+        )
+    return ctypes.c_int64.from_address(state).value
+
+
 def _callback(frame: int, platform: str, graph: bool) -> int | None:
+    handle = -1
     try:
-        if U64(MEM, frame + _FRAME_EXTENSION)[0] and _xla_ffi.answer_metadata_query(frame, graph):
+        if _xla_ffi.read_ptr(frame + _FRAME_EXTENSION) and _xla_ffi.answer_metadata_query(frame, graph, _state_value()):
             return None
-        handle = read_handle(frame)
+        handle = state_handle(frame)
         if platform == "cpu":
             executor = cpu_executors.get(handle)  # a hit means a handle the registry holds
             if executor is None:
@@ -112,23 +224,17 @@ def _callback(frame: int, platform: str, graph: bool) -> int | None:
         return _xla_ffi.create_error(frame, e.code, f"{TARGET if graph else TARGET_NO_GRAPH}: {e}")
     except BaseException as e:
         try:
-            return _errors.ffi_error(frame, e, _name(frame))
+            return _errors.ffi_error(frame, e, _name(handle))
         except BaseException:  # never let an exception escape to ctypes: XLA would read garbage as success
             return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed")
 
 
-def _name(frame: int) -> str:
-    """How a message names the module behind a call frame: its plan's name, else the target's."""
+def _name(handle: int) -> str:
+    """How a message names the module behind a call: its plan's name, else the target's."""
     try:
-        for name, kind, value in _xla_ffi.read_attrs(frame + _xla_ffi.FRAME_ATTRS_STRUCT):
-            if name == "plan" and kind == _xla_ffi.AttrType.SCALAR:
-                code, ptr = _xla_ffi.read_scalar(value)
-                handle = ctypes.c_int64.from_address(ptr).value
-                if code == _xla_ffi.DataType.S64:
-                    return registry.plan(handle).name or f"{TARGET} (plan {handle})"  # ReleasedPlanError: below
+        return registry.plan(handle).name or f"{TARGET} (plan {handle})"
     except Exception:
-        pass
-    return TARGET
+        return TARGET
 
 
 _errors.own_frames(__file__)

@@ -36,3 +36,10 @@ def register_target(name: str, addresses: Mapping[str, int]) -> None:
     """Register the handler at ``addresses[platform]`` as the FFI target ``name`` for each of `PLATFORMS`."""
     for platform in PLATFORMS:
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(addresses[platform]), platform=platform)
+
+
+def register_bundle(name: str, bundles: Mapping[str, Mapping[str, int]]) -> None:
+    """Register the FFI target ``name`` with a handler per execution stage (``{"instantiate": address, ...}``)."""
+    for platform in PLATFORMS:
+        stages = {stage: jax.ffi.pycapsule(address) for stage, address in bundles[platform].items()}
+        jax.ffi.register_ffi_target(name, stages, platform=platform)

@@ -1,8 +1,10 @@
-"""Lowering ``jarp_warp_call`` to jarp's FFI target: one custom call naming its plan.
+"""Lowering ``jarp_warp_call`` to jarp's FFI target: one custom call naming its plan by content.
 
-The call carries two attributes: the plan's handle in the process's registry (`jarp.warp._ffi._registry`),
-and the process's session token, which the FFI stage checks. Each lowering attaches a lease on the handle
-to the executable it is lowered into, so the plan stays registered while something can call it.
+The call carries two attributes: ``abi``, the version of jarp's call ABI, and ``desc``, the plan's
+description (`jarp.warp._plan._describe`), which means the same in every process: the program text, and so
+JAX's persistent-cache key and an exported program, holds nothing process-local. The FFI stage resolves the
+description once per loaded executable. Within this process, each lowering also attaches a lease on the plan
+to what it is lowered into, so the plan stays registered while something can call it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import numpy as np
 
 from .._ffi import _target
 from .._ffi._registry import registry
-from .._plan import _launch_checks
+from .._plan import _describe, _launch_checks
 from .._plan._values import Plan, Runs
-from .._upstream import _warp_internals
+from .._upstream import _jax_internals, _warp_internals
 
 __all__ = ["lower"]
 
@@ -36,9 +38,16 @@ def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
         operand_output_aliases=dict(plan.aliases) or None,
         has_side_effect=plan.has_side_effect,
     )
-    # `session` makes the compiled call (and so JAX's persistent-cache key) unique to this process:
-    # plan handles index a process-local registry, so an executable must never be reused by another process.
-    # The lease keeps the plan registered while the executable (or its lowered/compiled stage) lives.
-    handle, lease = registry.lease(plan)
-    ctx.module_context.add_keepalive(lease)
-    return rule(ctx, *operands, plan=np.int64(handle), session=_target.SESSION)
+    text = registry.description(plan)
+    if _jax_internals.lowering_for_export(ctx):
+        why = _describe.not_describable(plan)
+        if why is not None:
+            raise ValueError(
+                f"jax.export: {plan.name} cannot be exported: {why}. An exported program names each call by content, "
+                "and the process that loads it must find the function again by its module and qualified name."
+            )
+    else:
+        # In this process, the lease keeps the plan registered while the lowered or compiled stage, or the
+        # executable, lives (an exported program carries nothing process-local: its loader resolves `desc`).
+        ctx.module_context.add_keepalive(registry.lease(plan)[1])
+    return rule(ctx, *operands, abi=np.int64(_target.ABI_VERSION), desc=text)

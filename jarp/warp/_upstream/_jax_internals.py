@@ -9,6 +9,7 @@ that each one still has the shape jarp relies on.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -68,6 +69,11 @@ def is_custom_vjp_forward_mode_error(error: BaseException) -> bool:
     return isinstance(error, TypeError) and _CUSTOM_VJP_FORWARD_MODE in str(error)
 
 
+def lowering_for_export(ctx: Any) -> bool:
+    """Whether a lowering rule's ``ctx`` lowers for ``jax.export`` (a program that must mean the same in any process)."""
+    return bool(ctx.module_context.lowering_parameters.for_export)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
     for name in (
@@ -83,6 +89,14 @@ def check_internals() -> None:
     assert callable(_util.register_cache), "jax._src.util.register_cache is gone"
     assert callable(_util.clear_all_caches), "jax._src.util.clear_all_caches is gone"
     assert isinstance(_util.weakref_cache_key_types, set), "jax._src.util.weakref_cache_key_types changed"
+    from jax._src.interpreters import mlir
+
+    assert "for_export" in {f.name for f in dataclasses.fields(mlir.LoweringParameters)}, (
+        "mlir.LoweringParameters lost for_export (lowering_for_export)"
+    )
+    assert "lowering_parameters" in {f.name for f in dataclasses.fields(mlir.ModuleContext)}, (
+        "mlir.ModuleContext lost lowering_parameters (lowering_for_export)"
+    )
 
     @jax.custom_vjp
     def f(x: Any) -> Any:

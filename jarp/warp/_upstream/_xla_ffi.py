@@ -80,7 +80,12 @@ class _ApiVersion(ctypes.Structure):
 
 
 class _Metadata(ctypes.Structure):
-    _fields_ = (("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32))
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("api_version", _ApiVersion),
+        ("traits", ctypes.c_uint32),
+        ("state_type_id", ctypes.c_int64),  # an XLA_FFI_TypeId
+    )
 
 
 class _MetadataExtension(ctypes.Structure):
@@ -99,7 +104,21 @@ class DeviceOrdinalGetArgs(ctypes.Structure):
     _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("ctx", _P), ("device_ordinal", ctypes.c_int32))
 
 
+class StateArgs(ctypes.Structure):
+    """``XLA_FFI_State_Set_Args`` and ``XLA_FFI_State_Get_Args`` (the same layout)."""
+
+    _fields_ = (
+        ("struct_size", ctypes.c_size_t),
+        ("ext", _P),
+        ("ctx", _P),
+        ("stage", ctypes.c_int),
+        ("type_id", _P),
+        ("state", _P),
+    )
+
+
 ErrorCreate = ctypes.CFUNCTYPE(_P, ctypes.POINTER(ErrorCreateArgs))
+StateCall = ctypes.CFUNCTYPE(_P, ctypes.POINTER(StateArgs))
 StreamGet = ctypes.CFUNCTYPE(_P, ctypes.POINTER(StreamGetArgs))
 DeviceOrdinalGet = ctypes.CFUNCTYPE(_P, ctypes.POINTER(DeviceOrdinalGetArgs))
 
@@ -139,6 +158,11 @@ class _Api(ctypes.Structure):
 _API_ERROR_CREATE = 48
 _API_STREAM_GET = 80
 _API_DEVICE_ORDINAL_GET = 184
+_API_STATE_SET = 104
+_API_STATE_GET = 112
+_API_ERROR_DESTROY = 64
+METADATA_STATE_TYPE = 40
+STAGE_INSTANTIATE = 0
 
 FRAME_EXTENSION = 8
 FRAME_API = 16
@@ -174,6 +198,8 @@ class ErrorCode(enum.IntEnum):
 
     CANCELLED = 1
     INVALID_ARGUMENT = 3
+    NOT_FOUND = 5
+    RESOURCE_EXHAUSTED = 8
     FAILED_PRECONDITION = 9
     INTERNAL = 13
     UNKNOWN = 2
@@ -321,6 +347,10 @@ def check_layout() -> None:
         "_API_ERROR_CREATE": _Api.Error_Create.offset,
         "_API_STREAM_GET": _Api.Stream_Get.offset,
         "_API_DEVICE_ORDINAL_GET": _Api.DeviceOrdinal_Get.offset,
+        "_API_STATE_SET": _Api.State_Set.offset,
+        "_API_STATE_GET": _Api.State_Get.offset,
+        "_API_ERROR_DESTROY": _Api.Error_Destroy.offset,
+        "METADATA_STATE_TYPE": _Metadata.state_type_id.offset,
     }
     for name, offset in expected.items():
         assert globals()[name] == offset, f"XLA FFI layout mismatch for {name}: {globals()[name]} != {offset}"
@@ -331,8 +361,11 @@ def read_ptr(address: int) -> int:
     return ctypes.c_void_p.from_address(address).value or 0
 
 
-def answer_metadata_query(frame: int, graph_compatible: bool) -> bool:
-    """Answer XLA's first-call metadata query; return whether the frame was such a query."""
+def answer_metadata_query(frame: int, graph_compatible: bool, state_type: int = 0) -> bool:
+    """Answer XLA's first-call metadata query; return whether the frame was such a query.
+
+    ``state_type`` is the id of the handler's state type (0: none; jarp's calls have one, see `set_state`).
+    """
     ext = read_ptr(frame + FRAME_EXTENSION)
     if not ext or ctypes.c_int.from_address(ext + EXTENSION_TYPE).value != EXTENSION_METADATA:
         return False
@@ -340,6 +373,7 @@ def answer_metadata_query(frame: int, graph_compatible: bool) -> bool:
     meta.api_version.major = 0
     meta.api_version.minor = 1
     meta.traits = COMMAND_BUFFER_COMPATIBLE if graph_compatible else 0
+    meta.state_type_id = state_type
     return True
 
 
@@ -367,6 +401,48 @@ def get_device_ordinal(frame: int) -> int:
     args = DeviceOrdinalGetArgs(ctypes.sizeof(DeviceOrdinalGetArgs), None, read_ptr(frame + FRAME_CTX), 0)
     fn(ctypes.byref(args))
     return int(args.device_ordinal)
+
+
+def set_state(frame: int, type_id: int, state: int) -> int:
+    """Keep ``state`` (a pointer) as this call's state of the type at ``type_id``; an ``XLA_FFI_Error*`` or 0.
+
+    Called in the instantiate stage: XLA keeps the state with the executable and hands it to the
+    type's deleter when the executable is destroyed.
+    """
+    api = read_ptr(frame + FRAME_API)
+    fn = StateCall(read_ptr(api + _API_STATE_SET))
+    args = StateArgs(ctypes.sizeof(StateArgs), None, read_ptr(frame + FRAME_CTX), STAGE_INSTANTIATE, type_id, state)
+    return fn(ctypes.byref(args)) or 0
+
+
+def get_state(frame: int, type_id: int) -> int:
+    """The state this call's instantiate stage set (a pointer), or 0 if it has none of the type at ``type_id``."""
+    api = read_ptr(frame + FRAME_API)
+    fn = StateCall(read_ptr(api + _API_STATE_GET))
+    args = StateArgs(ctypes.sizeof(StateArgs), None, read_ptr(frame + FRAME_CTX), STAGE_INSTANTIATE, type_id, None)
+    error = fn(ctypes.byref(args))
+    if error:
+        destroy_error(frame, error)
+        return 0
+    return args.state or 0
+
+
+def destroy_error(frame: int, error: int) -> None:
+    """Destroy an ``XLA_FFI_Error`` jarp received and does not pass on."""
+    api = read_ptr(frame + FRAME_API)
+    ctypes.CFUNCTYPE(None, ctypes.POINTER(_ErrorDestroyArgs))(read_ptr(api + _API_ERROR_DESTROY))(
+        ctypes.byref(_ErrorDestroyArgs(ctypes.sizeof(_ErrorDestroyArgs), None, error))
+    )
+
+
+class _ErrorDestroyArgs(ctypes.Structure):
+    _fields_ = (("struct_size", ctypes.c_size_t), ("ext", _P), ("error", _P))
+
+
+def read_bytes(span: int) -> bytes:
+    """The raw bytes of an ``XLA_FFI_ByteSpan`` (a string attribute)."""
+    size = ctypes.c_size_t.from_address(span + BYTESPAN_LEN).value
+    return ctypes.string_at(read_ptr(span), size) if size else b""
 
 
 def read_stage(frame: int) -> int:
