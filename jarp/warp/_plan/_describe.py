@@ -613,7 +613,10 @@ def _check_runtime_names(kernel: wp.Kernel, names: tuple[str, ...], what: str) -
         warp_type = params.get(root)
         if warp_type is None:
             _invalid(f"field 'target.runtime' names {name!r}, which is not a parameter of {what}")
-        spec = param_spec(root, warp_type)
+        try:
+            spec = param_spec(root, warp_type)
+        except TypeError as e:
+            _invalid(f"field 'target.runtime' names {name!r}, a parameter jarp cannot pass ({e})")
         if field:
             ok = spec.is_struct and any(leaf.name == name for leaf in spec.struct.values)
         else:
@@ -934,6 +937,9 @@ def _check_plan(plan: Plan) -> None:
     if plan.runs is Runs.CALLABLE and (plan.bounds_checked or plan.cpu_blocks or plan.block_dim is not None):
         _invalid("a callable plan has no block_dim, cpu_blocks or bounds_checked")
     if plan.runs is Runs.KERNEL:
+        abi = _warp_internals.entry_point_abi(plan.target)
+        if abi != "warp":
+            _invalid(f"the kernel uses Warp's entry_point_abi={abi!r}, which jarp does not launch")
         if plan.cpu_blocks and plan.block_dim is None:
             _invalid("field 'cpu_blocks' is true without a block_dim")
         if plan.bounds_checked != (_warp_internals.kernel_mode(plan.target) == "debug"):
