@@ -12,6 +12,8 @@ The flow, one file a step:
 4. `_analysis` (which arrays a kernel writes, and indexes with its thread index), `_runtime_scalars` (the kernel
    variants that read runtime values, and the bounds-checked build), `_static_keys`, `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
+6. `_describe`: a plan's content description (canonical text, nothing process-local) for compiled programs
+   that outlive the process, and the plan rebuilt from it in another process (checked as untrusted input).
 
 Shared helpers: `_normalize` (option values: dims, the vmap method), `_dtypes` (Warp, NumPy and JAX dtypes),
 `_weakcache`.

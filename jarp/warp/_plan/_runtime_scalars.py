@@ -23,6 +23,7 @@ import ast
 import inspect
 import textwrap
 import types
+import weakref
 from typing import Any
 
 import warp as wp
@@ -33,6 +34,39 @@ from ._struct_layout import struct_layout
 from ._weakcache import weak_cache
 
 SUFFIX = "__jarp_rt"
+
+# derived kernel -> (a weak reference to the kernel it was derived from, the runtime names of a `variant`, or
+# None for `bounds_checked`). Weak both ways: the derived kernel lives in its parent's cache (`weak_cache`).
+_ORIGINS: weakref.WeakKeyDictionary[wp.Kernel, tuple[weakref.ref[wp.Kernel], tuple[str, ...] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def origin(kernel: wp.Kernel) -> tuple[wp.Kernel, tuple[str, ...], bool]:
+    """How ``kernel`` was derived: ``(base, names, checked)`` such that the recipe gives ``kernel`` back.
+
+    ``kernel`` is ``bounds_checked(variant(base, names))`` when ``checked`` and ``names`` are set,
+    ``bounds_checked(base)`` without names, ``variant(base, names)`` without ``checked``, and ``base``
+    itself (``((), False)``) when it was derived by neither.
+
+    Example:
+        ```python
+        assert origin(bounds_checked(variant(k, ("s",)))) == (k, ("s",), True)
+        ```
+    """
+    names: tuple[str, ...] = ()
+    checked = False
+    entry = _ORIGINS.get(kernel)
+    if entry is not None and entry[1] is None:
+        parent = entry[0]()
+        if parent is not None:
+            kernel, checked = parent, True
+            entry = _ORIGINS.get(kernel)
+    if entry is not None and entry[1] is not None:
+        parent = entry[0]()
+        if parent is not None:
+            kernel, names = parent, entry[1]
+    return kernel, names, checked
 
 
 def field_param(path: str) -> str:
@@ -153,7 +187,9 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
         new_params.append((name + SUFFIX, wp.array(dtype=warp_type)) if name in scalars else (name, warp_type))
         new_params.extend((field_param(f), wp.array(dtype=field_types[f])) for f in fields if f.split(".")[0] == name)
     tag = "_".join(n.replace(".", "__") for n in names)
-    return rebuild(kernel, source, tuple(new_params), f"{SUFFIX}_{tag}")
+    derived = rebuild(kernel, source, tuple(new_params), f"{SUFFIX}_{tag}")
+    _ORIGINS[derived] = (weakref.ref(kernel), names)
+    return derived
 
 
 def rebuild(
@@ -182,7 +218,9 @@ def rebuild(
 def bounds_checked(kernel: wp.Kernel) -> wp.Kernel:
     """``kernel`` (a concrete overload, or a runtime variant) built in Warp's debug mode: every index is checked."""
     source = _warp_internals.kernel_source(kernel)
-    return rebuild(kernel, source, _warp_internals.kernel_params(kernel), "__jarp_checked", {"mode": "debug"})
+    derived = rebuild(kernel, source, _warp_internals.kernel_params(kernel), "__jarp_checked", {"mode": "debug"})
+    _ORIGINS[derived] = (weakref.ref(kernel), None)
+    return derived
 
 
 def _field_type(params: Any, path: str) -> Any:

@@ -59,6 +59,7 @@ __all__ = [
     "cuda_memset_address",
     "default_cuda_arch",
     "is_struct_type",
+    "kernel_code_hash",
     "kernel_params",
     "kernel_source",
     "launch_bounds",
@@ -66,6 +67,7 @@ __all__ = [
     "load_entry_points",
     "make_kernel",
     "module_codegen",
+    "registered_kernel",
     "release_unloads",
     "resolve_block_dim",
     "runtime_core",
@@ -206,6 +208,39 @@ def make_kernel(
         if options:
             module.options.update(options)
         return wp.Kernel(func, key=key, module=module, source=source)
+
+
+def registered_kernel(module_name: str, key: str) -> wp.Kernel | None:
+    """The kernel Warp's module registry holds under ``key`` in the Warp module ``module_name``, or None.
+
+    Warp registers every module a ``@wp.kernel`` (or ``wp.Kernel(..., module=wp.get_module(name))``) is
+    defined in (``user_modules``, by name), and each module keeps its latest kernel per key
+    (``Module.kernels``). Nothing is imported or created: a module this process never defined is not found.
+
+    Example:
+        ```python
+        assert registered_kernel(k.module.name, k.key) is k
+        ```
+    """
+    module = wp._src.context.user_modules.get(module_name)
+    if module is None:
+        return None
+    kernel = module.kernels.get(key)
+    return kernel if isinstance(kernel, wp.Kernel) else None
+
+
+def kernel_code_hash(kernel: wp.Kernel, block_dim: int) -> str | None:
+    """Warp's content hash of ``kernel`` (a concrete kernel or overload) in its module's build for ``block_dim``, as hex.
+
+    It is the hash Warp names the kernel's compiled symbols with: it covers the kernel's key, options, source,
+    argument types, the constants and ``wp.static`` values it reads and every ``wp.func`` it calls, and not the
+    other kernels of its module, so it is the same in every process that defines the same code. None if the
+    kernel is not among its module's live kernels (a module reloaded since, or a kernel outside any module).
+    """
+    with _WARP_LOCK:
+        kernel.module.get_module_hash(block_dim)
+        digest = kernel.module.hashers[block_dim].kernel_hashes.get(kernel)
+    return None if digest is None else digest.hex()
 
 
 def entry_point_abi(kernel: wp.Kernel) -> str:
@@ -601,6 +636,19 @@ def check_internals() -> None:
     assert llvm is None or len(llvm.wp_compile_cpp.argtypes) == 14, "wp_compile_cpp's parameters changed"
     assert llvm is None or len(llvm.wp_load_obj.argtypes) == 3, "wp_load_obj's parameters changed"
     assert os.path.isdir(os.path.join(_build.warp_home, "native")), "warp's native include directory moved"
+    # registered_kernel / kernel_code_hash (the content description of a plan's kernel, `_plan._describe`)
+    assert isinstance(wp._src.context.user_modules, dict), "warp's module registry (user_modules) changed"
+    with _WARP_LOCK:
+        probe_kernel = wp.Kernel(_probe_kernel, key="_jarp_probe_kernel", module=wp.get_module("jarp._probe"))
+    assert registered_kernel("jarp._probe", "_jarp_probe_kernel") is probe_kernel, "Module.kernels changed"
+    digest = kernel_code_hash(probe_kernel, 1)
+    assert isinstance(digest, str), "ModuleHasher.kernel_hashes changed"
+    assert len(digest) == 64, "Warp's kernel hash is no longer a sha256 digest"
+    assert kernel_code_hash(probe_kernel, 1) == digest, "Warp's kernel hash is not stable"
+
+
+def _probe_kernel(a: wp.array(dtype=float)) -> None:
+    a[0] = 1.0
 
 
 # -- inspection --
