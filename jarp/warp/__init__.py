@@ -69,3 +69,10 @@ __all__ = [
     "to_warp",
     "types",
 ]
+
+# jarp's FFI targets are registered with XLA on import, as custom-call libraries do: a process that loads a
+# compiled program with jarp calls (a persistent-cache hit, a deserialised export or executable) finds them.
+from ._ffi import _target  # noqa: E402
+
+_target.ensure_registered()
+del _target

@@ -360,7 +360,7 @@ XLA_FFI_Error* jarp_instantiate_cuda(XLA_FFI_CallFrame* frame) { return instanti
 XLA_FFI_Error* jarp_instantiate_cuda_no_graph(XLA_FFI_CallFrame* frame) { return instantiate<1, 0>(frame); }
 
 XLA_FFI_TypeId jarp_state_type = {0};
-const XLA_FFI_TypeInfo jarp_state_info = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr, delete_state};
+extern const XLA_FFI_TypeInfo jarp_state_info = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr, delete_state};
 
 // Drain the states XLA deleted: write up to ``max`` lease ids to ``out`` and free the states; the count written.
 // One consumer at a time (Python calls it under a lock); producers only push, so there is no ABA.
