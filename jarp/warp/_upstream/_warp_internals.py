@@ -38,6 +38,7 @@ __all__ = [
     "TID_MAX_EXTENT",
     "ArrayStruct",
     "EntryPoints",
+    "capture_modules",
     "check_cuda_grid",
     "compile_aot_variant",
     "compile_cpu_object",
@@ -54,11 +55,14 @@ __all__ = [
     "launch_bounds",
     "load_cpu_object",
     "load_entry_points",
+    "loads_during_capture",
     "make_kernel",
     "module_codegen",
+    "module_loaded",
     "release_unloads",
     "resolve_block_dim",
     "runtime_core",
+    "stream_is_capturing",
     "struct_ctype",
     "struct_fields",
     "struct_instance_ctype",
@@ -304,6 +308,46 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
     return entry
 
 
+def module_loaded(kernel: wp.Kernel, device: wp.context.Device, block_dim: int | None = None) -> bool:
+    """Whether ``kernel``'s module is loaded, and current, on ``device`` (so `load_entry_points` would not load it).
+
+    The same test ``Module.load`` makes before it builds or loads: a loaded variant for the resolved block dim whose
+    hash is the module's current one. It loads nothing (hashing a module generates no code and touches no device).
+    """
+    resolved = resolve_block_dim(device, block_dim)
+    module = kernel.module
+    with _WARP_LOCK:
+        loaded = module.execs.get((device.context, resolved))
+        if loaded is None:
+            return False
+        return bool(module.options["strip_hash"]) or loaded.module_hash == module.get_module_hash(resolved)
+
+
+def stream_is_capturing(stream: int) -> bool:
+    """Whether the CUDA stream ``stream`` (a raw ``CUstream``) is capturing a graph (as ``wp.Stream.is_capturing``)."""
+    return bool(runtime_core().wp_cuda_stream_is_capturing(ctypes.c_void_p(stream)))
+
+
+def capture_modules(capture: Any) -> list[Any]:
+    """The loaded modules (``ModuleExec``) Warp retained for the graph a ``wp.ScopedCapture`` captured.
+
+    Warp adds a module to its capture's graph when a launch during the capture uses it; holding them keeps
+    their code loaded (a rebuild of a module would otherwise unload code a live graph still calls).
+    """
+    graph = getattr(capture, "graph", None)
+    return list(getattr(graph, "module_execs", ()) or ())
+
+
+def loads_during_capture() -> bool:
+    """Whether the CUDA driver can load a module while a stream captures a graph (driver 12.3 or newer).
+
+    ``wp.capture_begin`` makes the same test to decide whether to load every module before a capture starts.
+    """
+    runtime_core()
+    version = wp._src.context.runtime.driver_version
+    return version is not None and tuple(version) >= (12, 3)
+
+
 def cpu_block_error() -> str:
     """Take (and clear) the error a cooperative CPU block launch recorded, or ``""``."""
     err = runtime_core().wp_take_cpu_block_error()
@@ -488,7 +532,13 @@ def check_internals() -> None:
     assert struct_ctype(probe)._fields_[0][1] is ArrayStruct, "struct array fields are no longer array_t"
     assert struct_instance_type(probe()) is probe, "StructInstance._cls changed"
     assert struct_name(probe) == "_JarpProbe", "Struct.cls changed"
-    for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
+    kernel_module = wp.get_module(check_internals.__module__)
+    assert isinstance(kernel_module.execs, dict), "Module.execs changed (module_loaded)"
+    assert "strip_hash" in kernel_module.options, "Module.options lost strip_hash (module_loaded)"
+    runtime_core()
+    assert hasattr(wp._src.context.runtime, "driver_version"), "runtime.driver_version moved (loads_during_capture)"
+    assert isinstance(wp.Graph(wp.get_device("cpu")).module_execs, set), "Graph.module_execs changed (capture_modules)"
+    for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error", "wp_cuda_stream_is_capturing"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
     # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
     assert len(runtime_core().wp_cuda_launch_kernel.argtypes) == 11, "wp_cuda_launch_kernel's parameters changed"
