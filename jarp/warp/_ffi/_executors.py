@@ -316,7 +316,7 @@ class _KernelExecutor(_Executor):
             bounds=ctypes.addressof(self.bounds),
             entry=entry,
             cuda=self._cuda_launch(),
-            failure=f"jarp: Warp failed to launch kernel {self.plan.target.key!r} on {self.device} (native launch)",
+            failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
             keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
         )
 

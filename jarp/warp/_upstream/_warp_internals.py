@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -46,9 +47,11 @@ __all__ = [
     "cpu_block_error",
     "cuda_launch",
     "cuda_launch_address",
+    "cuda_launch_failure",
     "cuda_memset",
     "cuda_memset_address",
     "default_cuda_arch",
+    "error_string_address",
     "is_struct_type",
     "kernel_params",
     "kernel_source",
@@ -363,9 +366,31 @@ def runtime_core() -> Any:
 
 
 def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -> None:
-    """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``."""
+    """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``.
+
+    Raises:
+        RuntimeError: if the memset failed, with Warp's diagnosis of the CUDA error.
+    """
     if not runtime_core().wp_memset_device(device.context, ptr, 0, nbytes, ctypes.c_void_p(stream)):
-        raise RuntimeError(f"Warp failed to zero {nbytes} bytes on {device}")
+        raise RuntimeError(
+            f"Warp failed to zero {nbytes} bytes on {device}: {wp._src.context.runtime.get_error_string()}"
+        )
+
+
+def cuda_launch_failure(kernel: wp.Kernel, entry: EntryPoints, adjoint: bool) -> str:
+    """How ``wp.launch``'s message for a failed launch of ``entry`` begins, for a caller that adds the CUDA error.
+
+    A kernel whose dynamic shared memory could not be configured fails every launch: then this is Warp's whole
+    diagnosis of that shortfall (it is known when the module loads). Otherwise Warp's message follows with
+    the error of the failed call (``wp_get_error_string``), which only the failure itself can supply.
+    """
+    hooks = entry.hooks
+    if getattr(hooks, "backward_smem_shortfall" if adjoint else "forward_smem_shortfall", None) is not None:
+        try:
+            _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)  # the shortfall branch reads no error
+        except RuntimeError as e:
+            return str(e)
+    return f"Error launching kernel: {kernel.key} on device {entry.device}"
 
 
 def check_cuda_grid(kernel: wp.Kernel, entry: EntryPoints, size: int) -> None:
@@ -420,6 +445,11 @@ def cuda_launch(
 def cuda_launch_address() -> int:
     """The address of Warp's native ``wp_cuda_launch_kernel`` (the call `cuda_launch` makes), for native callers."""
     return _address(runtime_core().wp_cuda_launch_kernel)
+
+
+def error_string_address() -> int:
+    """The address of Warp's native ``wp_get_error_string`` (its last CUDA error, as text), for native callers."""
+    return _address(runtime_core().wp_get_error_string)
 
 
 def cuda_memset_address() -> int:
@@ -543,6 +573,13 @@ def check_internals() -> None:
     # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
     assert len(runtime_core().wp_cuda_launch_kernel.argtypes) == 11, "wp_cuda_launch_kernel's parameters changed"
     assert len(runtime_core().wp_memset_device.argtypes) == 5, "wp_memset_device's parameters changed"
+    error_string = runtime_core().wp_get_error_string
+    assert (error_string.argtypes or []) == [], "wp_get_error_string's parameters changed"
+    assert error_string.restype is ctypes.c_char_p, "wp_get_error_string no longer returns a C string"
+    hook_params = inspect.signature(wp._src.context.KernelHooks).parameters
+    assert {"forward_smem_shortfall", "backward_smem_shortfall"} <= set(hook_params), (
+        "KernelHooks lost its shared-memory shortfalls (cuda_launch_failure)"
+    )
     llvm = wp._src.context.runtime.llvm
     for attr in ("wp_compile_cpp", "wp_load_obj", "wp_lookup"):
         assert llvm is None or hasattr(llvm, attr), f"warp-clang library lost {attr}"
