@@ -182,7 +182,8 @@ class LaunchDescriptor:
         entry: the CPU entry point, or the CUfunction on CUDA.
         cuda: for CUDA, ``(context, dim, block_dim, grid_stride, cluster_dim, smem_bytes, params)`` where
             ``params`` lists ``(block, byte offset)`` of each kernel parameter (block 2: the bounds).
-        failure: the error message of a failed CUDA launch or memset.
+        failure: how the message of a failed CUDA launch or memset begins; the handler adds what failed and
+            Warp's diagnosis of the CUDA error (``wp_get_error_string``).
         keep: objects the raw addresses point into (entry points, bounds).
     """
 
@@ -274,7 +275,7 @@ class NativeHandler:
         if missing:
             raise RuntimeError(f"symbols missing from the compiled handler: {', '.join(missing)}")
         self._check_layout()
-        self._configure = ctypes.CFUNCTYPE(None, _I64, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._configure = ctypes.CFUNCTYPE(None, _I64, _P, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
@@ -333,21 +334,25 @@ class NativeHandler:
         """A handler that only answers XLA's metadata query: the cost floor of any native FFI handler."""
         return self._symbols["jarp_floor_handler"]
 
-    def configure(self, session: int, slow: dict[tuple[str, bool], int], cuda: tuple[int, int] | None = None) -> None:
+    def configure(
+        self, session: int, slow: dict[tuple[str, bool], int], cuda: tuple[int, int, int] | None = None
+    ) -> None:
         """Set the session token and the Python callbacks (keyed like the handlers); call before registering.
 
         Args:
             session: this process's session token (the ``session`` attribute of jarp's calls).
             slow: the address of the Python callback for each ``(platform, graph)``, as the handlers are keyed.
-            cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel`` and
-                ``wp_memset_device``, which the CUDA handlers call; None (the default) for Warp's own where
-                CUDA is available (and none otherwise: no CUDA frame can reach the handler then).
+            cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel``,
+                ``wp_memset_device`` and ``wp_get_error_string``, which the CUDA handlers call (the last one
+                for the message of a failed launch or memset); None (the default) for Warp's own where CUDA
+                is available (and none otherwise: no CUDA frame can reach the handler then).
         """
-        cuda_launch = cuda_memset = 0
+        cuda_launch = cuda_memset = error_string = 0
         if cuda is not None:
-            cuda_launch, cuda_memset = cuda
+            cuda_launch, cuda_memset, error_string = cuda
         elif wp.is_cuda_available():
             cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
+            error_string = _warp_internals.error_string_address()
         self._configure(
             int(session),
             slow[("cpu", True)],
@@ -356,6 +361,7 @@ class NativeHandler:
             slow[("CUDA", False)],
             cuda_launch,
             cuda_memset,
+            error_string,
         )
 
     def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
