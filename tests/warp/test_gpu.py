@@ -474,3 +474,34 @@ def test_gpu_current_device_preload_loads_on_jaxs_current_device_only(cuda_devic
     assert not _warp_internals.module_loaded(_preload_probe_kernel, cpu)
     for gpu in gpus:
         assert _warp_internals.module_loaded(_preload_probe_kernel, gpu) == (gpu == current), gpu
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_struct_runtime_scalar_and_tile_launches_match_the_cpu(cuda_device: Any) -> None:
+    # The parameter blocks `check_cuda_launches` compares with the PTX, run for real: a struct parameter (an array and
+    # a value field), a runtime scalar (its own variant kernel) and a tile kernel with its block dim, against NumPy.
+    from tests.warp import test_block_dim as tb
+
+    rng = np.random.default_rng(3)
+    w = rng.random(64, dtype=np.float32)
+    x = rng.random(64, dtype=np.float32)
+    scale = jax_kernel(kernels_struct.scale_kernel)
+    on_gpu = jax.device_put((w, x), cuda_device)
+    (out,) = jax.jit(lambda w, x, k: scale({"k": k, "w": w}, x))(*on_gpu, jnp.float32(1.5))
+    assert out.devices() == {cuda_device}
+    np.testing.assert_allclose(np.asarray(out), 1.5 * w * x * x, rtol=1e-6)
+    a = rng.random((5, tb.TILE), dtype=np.float32)
+    row_sum = jax_kernel(tb.row_sum_kernel, launch_dims=(5, tb.BLOCK), output_dims=5, block_dim=tb.BLOCK)
+    (sums,) = jax.jit(lambda a: row_sum(a))(jax.device_put(a, cuda_device))
+    np.testing.assert_allclose(np.asarray(sums), a.sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_deterministic_mode_kernel_is_refused_with_the_feature_named(cuda_device: Any) -> None:
+    from tests.warp.support import kernels_deterministic as kd
+
+    triple = jax_kernel(kd.triple_kernel)
+    with pytest.raises(NotImplementedError, match="deterministic mode"):
+        jax.jit(lambda a: triple(a)[0])(jax.device_put(np.ones(8, np.float32), cuda_device))
