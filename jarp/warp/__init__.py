@@ -21,10 +21,10 @@ from ._codegen import CudaLaunchCheck as CudaLaunchCheck
 from ._codegen import CudaLaunchMismatchError as CudaLaunchMismatchError
 from ._codegen import check_cuda_launches as check_cuda_launches
 from ._codegen import compile_aot as compile_aot
-from ._export import export_checks as export_checks
 from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
+from ._export import export_checks as export_checks
 from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
 from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
@@ -71,8 +71,11 @@ __all__ = [
 ]
 
 # jarp's FFI targets are registered with XLA on import, as custom-call libraries do: a process that loads a
-# compiled program with jarp calls (a persistent-cache hit, a deserialised export or executable) finds them.
-from ._ffi import _target  # noqa: E402
+# compiled program with jarp calls (a deserialised export or executable) finds them. That initialises Warp,
+# quietly (its banner would land in the importing program's output).
+from ._ffi import _target
+from ._upstream import _warp_internals
 
+_warp_internals.init_quietly()
 _target.ensure_registered()
-del _target
+del _target, _warp_internals

@@ -81,7 +81,8 @@ class JaxCallable(AbstractWarpModule):
         generic: treat ``func`` as a dtype factory.
         num_outputs: how many trailing parameters are outputs, in-out ones included.
         graph_mode: CUDA graph capture. ``JAX`` (default) lets XLA capture the call
-            in its command buffers; ``NONE`` keeps it out of graphs (use it when the
+            in its command buffers (the function then runs inside
+            ``wp.ScopedCapture(external=True)``, as in Warp's bridge); ``NONE`` keeps it out of graphs (use it when the
             function synchronises with the host). The Warp-side capture modes are
             accepted for compatibility, warn once, and run like ``NONE``.
         vmap_method: ``"sequential"`` (default: one call per batch slice, all inside

@@ -104,7 +104,11 @@ class JaxKernel(AbstractWarpModule):
             output name, with or without vector/matrix element dims. Otherwise the
             launch dims.
         in_out_argnames: inputs that the kernel updates in place and that are returned.
-        module_preload_mode: where to compile and load the kernel's module at trace time.
+        module_preload_mode: where to compile and load the kernel's module at trace time:
+            ``CURRENT_DEVICE`` (default) on JAX's current device (``jax.default_device``, else the first
+            local device), ``ALL_DEVICES`` on every local CPU and CUDA device, ``NONE`` at the first call.
+            Inside XLA's command buffers on a CUDA driver older than 12.3 the module must be preloaded on the
+            device the call runs on.
         enable_backward: make the module differentiable in reverse mode (``jax.grad``,
             ``jax.vjp``) through Warp's generated adjoint kernel.
         jvp: a jarp module (or any JAX-traceable function) giving forward-mode

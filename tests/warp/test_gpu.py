@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,7 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
+from jarp.warp._upstream import _warp_internals
 from tests.warp import test_struct
 from tests.warp.support import kernels as k
 from tests.warp.support import kernels64 as k64
@@ -417,3 +420,88 @@ def test_gpu_vmap_default_and_broadcast_all(cuda_device: Any) -> None:
     idx = np.array([9, 0, 3, 3, 7], np.int32)
     out = jax.jit(jax.vmap(lambda t: gather(jnp.asarray(idx), t)[0]))(jax.device_put(tables, cuda_device))
     np.testing.assert_allclose(np.asarray(out), tables[:, idx])
+
+
+# A callable run inside XLA's command buffers (CUDA graphs): the flags must be set before JAX starts its backend, so
+# it runs in a process of its own. It checks the values of two calls, and that the call was captured (the executor
+# kept Warp's external capture).
+_COMMAND_BUFFER_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np
+from jarp.warp import jax_callable
+from jarp.warp._ffi import _executors
+from tests.warp.support import kernels as k
+
+f = jax.jit(lambda x: jax_callable(k.scale_func)(x, 3.0)[0] + 1.0)
+x = jnp.arange(1000, dtype=jnp.float32)
+for _ in range(2):
+    np.testing.assert_allclose(np.asarray(f(x)), 3.0 * np.arange(1000) + 1.0, rtol=1e-6)
+captures = [e.capture for e in _executors.executors.values() if isinstance(e, _executors._CallableExecutor)]
+assert captures and all(c is not None for c in captures), captures
+print("ok", len(captures))
+"""
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_callable_in_xla_command_buffers_is_captured_and_right_twice(cuda_device: Any) -> None:
+    flags = "--xla_gpu_enable_command_buffer=CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip())
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMMAND_BUFFER_SCRIPT], capture_output=True, text=True, timeout=300, env=env, cwd=root
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith("ok"), proc.stdout
+
+
+@wp.kernel(module="unique")
+def _preload_probe_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * 7.0 - 0.25  # constants no other test kernel has: a module of its own
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_current_device_preload_loads_on_jaxs_current_device_only(cuda_device: Any) -> None:
+    cpu = wp.get_device("cpu")
+    gpus = [wp.device_from_jax(d) for d in jax.local_devices(backend="cuda")]
+    probe = jax_kernel(_preload_probe_kernel, module_preload_mode=wp.JaxModulePreloadMode.CURRENT_DEVICE)
+    x = jnp.zeros(16, jnp.float32)
+    with jax.default_device(cuda_device):
+        jax.jit(lambda x: probe(x)[0]).trace(x).lower()
+    current = wp.device_from_jax(cuda_device)
+    assert _warp_internals.module_loaded(_preload_probe_kernel, current)
+    assert not _warp_internals.module_loaded(_preload_probe_kernel, cpu)
+    for gpu in gpus:
+        assert _warp_internals.module_loaded(_preload_probe_kernel, gpu) == (gpu == current), gpu
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_struct_runtime_scalar_and_tile_launches_match_the_cpu(cuda_device: Any) -> None:
+    # The parameter blocks `check_cuda_launches` compares with the PTX, run for real: a struct parameter (an array and
+    # a value field), a runtime scalar (its own variant kernel) and a tile kernel with its block dim, against NumPy.
+    from tests.warp import test_block_dim as tb
+
+    rng = np.random.default_rng(3)
+    w = rng.random(64, dtype=np.float32)
+    x = rng.random(64, dtype=np.float32)
+    scale = jax_kernel(kernels_struct.scale_kernel)
+    on_gpu = jax.device_put((w, x), cuda_device)
+    (out,) = jax.jit(lambda w, x, k: scale({"k": k, "w": w}, x))(*on_gpu, jnp.float32(1.5))
+    assert out.devices() == {cuda_device}
+    np.testing.assert_allclose(np.asarray(out), 1.5 * w * x * x, rtol=1e-6)
+    a = rng.random((5, tb.TILE), dtype=np.float32)
+    row_sum = jax_kernel(tb.row_sum_kernel, launch_dims=(5, tb.BLOCK), output_dims=5, block_dim=tb.BLOCK)
+    (sums,) = jax.jit(lambda a: row_sum(a))(jax.device_put(a, cuda_device))
+    np.testing.assert_allclose(np.asarray(sums), a.sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_deterministic_mode_kernel_is_refused_with_the_feature_named(cuda_device: Any) -> None:
+    from tests.warp.support import kernels_deterministic as kd
+
+    triple = jax_kernel(kd.triple_kernel)
+    with pytest.raises(NotImplementedError, match="deterministic mode"):
+        jax.jit(lambda a: triple(a)[0])(jax.device_put(np.ones(8, np.float32), cuda_device))

@@ -114,6 +114,9 @@ class FakeCuda:
         self.order: list[str] = []  # "memset" / "launch", as called
         self.launch_result = 0
         self.memset_result = True
+        # Warp's wp_get_error_string: the text of its last CUDA error (empty until a failure sets it)
+        self.error_text = ctypes.create_string_buffer(256)
+        self.error_string = ctypes.CFUNCTYPE(_P)(lambda: ctypes.addressof(self.error_text))
 
     def reset(self, sizes: list[int]) -> None:
         self.sizes = sizes
@@ -121,6 +124,7 @@ class FakeCuda:
         self.memsets.clear()
         self.order.clear()
         self.launch_result, self.memset_result = 0, True
+        self.error_text.value = b""
 
     def _launch(self, *a: Any) -> int:
         context, fn, dim, max_blocks, block_dim, grid_stride, cluster_dim, smem, params, stream, info = a
@@ -155,7 +159,7 @@ class Env:
         handler.configure(
             TOKEN,
             {key: _address(cb) for key, cb in self._slow.items()},
-            cuda=(_address(self.cuda.launch), _address(self.cuda.memset)),
+            cuda=(_address(self.cuda.launch), _address(self.cuda.memset), _address(self.cuda.error_string)),
         )
         self.calls = {graph: ctypes.CFUNCTYPE(_P, _P)(handler.address("CUDA", graph)) for graph in (True, False)}
 
@@ -289,7 +293,14 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
     entry = SimpleNamespace(
         device=device,
         module_exec=None,
-        hooks=SimpleNamespace(forward=FORWARD, backward=BACKWARD),
+        hooks=SimpleNamespace(
+            forward=FORWARD,
+            backward=BACKWARD,
+            forward_smem_bytes=SMEM[False],
+            backward_smem_bytes=SMEM[True],
+            forward_smem_shortfall=None,  # Warp's diagnosis of a kernel short of shared memory: none here
+            backward_smem_shortfall=None,
+        ),
         forward=FORWARD,
         backward=BACKWARD,
         block_dim=max(1, -(-size // cluster_dim)),  # a whole number of clusters, as Warp requires
@@ -452,13 +463,50 @@ def test_a_failed_launch_or_memset_is_an_xla_error_with_the_descriptors_message(
         fresh.cuda.launch_result = 1  # any nonzero CUresult
     else:
         fresh.cuda.memset_result = False
+    why = "Warp CUDA error 701: too many resources requested for launch (/builds/warp/native/warp.cu:4242)"
+    fresh.cuda.error_text.value = why.encode()
     assert fresh.call(frame) == ERROR
-    message = f"jarp: Warp failed to launch kernel {plan.target.key!r} on cuda:0 (native launch)"
+    # wp.launch's message, with Warp's diagnosis of the CUDA error (what the Python path raises; see below)
+    begins = f"Error launching kernel: {plan.target.key} on device cuda:0"
+    failed = "" if what == "launch" else ": zero-filling a result before the launch failed"
+    message = f"{begins}{failed}: {why} (jarp's native launch)"
     assert fresh.xla.errors == [(int(_xla_ffi.ErrorCode.INTERNAL), message)]
     assert fresh.xla.calls[-1] == ("Error_Create", _xla_ffi.ErrorCreateArgs.errc.offset + 4, 0)
     # the first failure ends the call: one launch of three slices, or no launch after a failed memset
     assert len(fresh.cuda.launches) == (1 if what == "launch" else 0)
     assert fresh.slow_calls == []
+    # The Python path reports the same failure with the same diagnosis.
+    fake_runtime = SimpleNamespace(get_error_string=lambda: why)
+    fake_core = SimpleNamespace(wp_cuda_launch_kernel=fresh.cuda.launch, wp_memset_device=fresh.cuda.memset)
+    monkeypatch.setattr(_warp_internals, "runtime_core", lambda: fake_core)
+    monkeypatch.setattr(wp._src.context, "runtime", fake_runtime)
+    with pytest.raises(RuntimeError) as info:
+        executor.run(ctypes.addressof(frame.frame))
+    assert why in str(info.value)
+    if what == "launch":
+        assert str(info.value) == f"{begins}: {why}"
+
+
+def test_a_kernel_short_of_shared_memory_reports_warps_diagnosis_natively(
+    fresh: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle, plan = PLANS["forward"]()
+    executor = _cuda_executor(plan, monkeypatch)
+    shortfall = "more than the 101376 bytes device 'cuda:0' allows"
+    executor.entry.hooks.forward_smem_shortfall = shortfall  # Warp found it when it loaded the module
+    executor.entry.hooks.forward_smem_bytes = 200_000
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    frame = _frame(fresh, handle, plan)
+    fresh.reset(_param_sizes(plan, type(executor.bounds)))
+    fresh.cuda.launch_result = 1
+    assert fresh.call(frame) == ERROR
+    ((code, message),) = fresh.xla.errors
+    assert code == int(_xla_ffi.ErrorCode.INTERNAL)
+    assert message.startswith(
+        f"Error launching kernel: {plan.target.key} on device cuda:0: the forward kernel requests 200000 bytes "
+        f"of dynamic shared memory, {shortfall}."
+    )
+    assert message.endswith("(jarp's native launch)")
 
 
 MISMATCHES = [

@@ -2,9 +2,9 @@
 
 An executor writes a call's buffer pointers into a copy of a pre-filled argument block and calls the
 kernel's compiled entry point directly (`_CpuKernelExecutor`, `_CudaKernelExecutor`), or calls a
-Python function on ``wp.array``s wrapping XLA's buffers (`_CallableExecutor`). There is no lock around
-execution: each call fills its own argument block, so threads (pmap, several Python threads driving one
-executable) run concurrently. Where the native handler is in use, a kernel executor also publishes its
+Python function on ``wp.array``s wrapping XLA's buffers (`_CallableExecutor`). There is no lock around a
+kernel launch: each call fills its own argument block, so threads (pmap, several Python threads driving one
+executable) run concurrently; callables run one at a time (`_CALLABLE_LOCK`). Where the native handler is in use, a kernel executor also publishes its
 launch as a descriptor, and the handler runs later calls with no Python.
 
 The cache is keyed by ``(plan handle, device ordinal)`` (``-1`` for the CPU) and drops the executors
@@ -34,6 +34,11 @@ from ._registry import ReleasedPlanError, registry
 executors: dict[tuple[int, int], _Executor] = {}
 cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
 _lock = threading.RLock()  # re-entrant: releasing plans drops executors
+# Held while a callable's function runs. Warp's current device (``wp.ScopedDevice``) is one for the whole process and
+# a device's current stream (``wp.ScopedStream``) one per device, not per thread: two threads running callables at
+# once (pmap, or Python threads) would launch on each other's device or stream, and restore each other's on exit.
+# Warp's bridge serialises its callables with one lock too. Kernel executors switch nothing and take no lock.
+_CALLABLE_LOCK = threading.RLock()
 
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -91,7 +96,13 @@ class _Unloads:
 _jax_internals.clear_with_jax(_Unloads, "jarp.warp unloads of dropped Warp code")
 
 
-def get_executor(key: tuple[int, int], platform: str) -> _Executor:
+def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Executor:
+    """The executor of ``key`` (plan handle, device ordinal), prepared on first use.
+
+    ``frame`` is the call frame that asked (0: none); preparing a CUDA kernel executor loads the kernel's
+    module, which `_check_load_during_capture` refuses while XLA captures that frame's stream on a driver
+    that cannot load modules during a capture.
+    """
     with _lock, _warp_internals.warp_lock():  # an executor loads the kernel's module
         executor = executors.get(key)
         if executor is None:
@@ -104,6 +115,8 @@ def get_executor(key: tuple[int, int], platform: str) -> _Executor:
                 elif device.is_cpu:
                     executor = _CpuKernelExecutor(plan, device)
                 else:
+                    if frame:
+                        _check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
                     executor = _CudaKernelExecutor(plan, device)
             executors[key] = executor
             if key[1] == -1:
@@ -115,6 +128,37 @@ def get_executor(key: tuple[int, int], platform: str) -> _Executor:
                     slot = 0 if key[1] == -1 else 1 + key[1]
                     native.publish(key[0], slot, descriptor)
     return executor
+
+
+def _check_load_during_capture(plan: Plan, device: Any, stream: int, first_run: bool) -> None:
+    """Refuse to load Warp modules while XLA captures ``stream`` into a CUDA graph, where the driver cannot.
+
+    CUDA drivers older than 12.3 cannot load a module during a stream capture (``wp.capture_begin`` loads
+    every module before a capture of its own for them). XLA's command buffers capture a custom call's launches,
+    the first one included, so a module that is not loaded yet would load inside XLA's capture: refuse with
+    `CallError` instead. ``first_run``: a callable's first run, which may load any module its function launches.
+    """
+    if _warp_internals.loads_during_capture() or not _warp_internals.stream_is_capturing(stream):
+        return
+    if not first_run and _warp_internals.module_loaded(plan.target, device, plan.block_dim):
+        return  # preloaded at trace time
+    if first_run:
+        what = "the Warp modules of the kernels the function launches are not loaded yet (they load on its first run)"
+        fix = (
+            "give the callable graph_mode=wp.JaxCallableGraphMode.NONE (XLA then runs it outside its command "
+            "buffers), or update the CUDA driver"
+        )
+    else:
+        what = f"the Warp module of kernel {plan.target.key!r} is not loaded on {device} yet"
+        fix = (
+            "load it at trace time with module_preload_mode=wp.JaxModulePreloadMode.CURRENT_DEVICE (the default; it "
+            "loads on JAX's default device) or ALL_DEVICES (every local device), or update the CUDA driver"
+        )
+    raise CallError(
+        _xla_ffi.ErrorCode.FAILED_PRECONDITION,
+        f"{plan.name}: XLA is capturing this call on {device} into a CUDA graph (a command buffer) and {what}; "
+        f"the CUDA driver cannot load modules during a capture before version 12.3. To run it, {fix}.",
+    )
 
 
 def _plan(handle: int) -> Plan:
@@ -220,7 +264,7 @@ class _KernelExecutor(_Executor):
             bounds=ctypes.addressof(self.bounds),
             entry=entry,
             cuda=self._cuda_launch(),
-            failure=f"jarp: Warp failed to launch kernel {self.plan.target.key!r} on {self.device} (native launch)",
+            failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
             keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
         )
 
@@ -355,6 +399,10 @@ class _CallableExecutor(_Executor):
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
         self.warm = False
+        # The last capture XLA made of this call (as Warp's bridge keeps it), and every module a capture of it
+        # launched: a module rebuilt later is not unloaded while a command buffer XLA still replays calls it.
+        self.capture: Any = None
+        self.captured_modules: dict[int, Any] = {}
 
     def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
         plan = self.plan
@@ -379,26 +427,52 @@ class _CallableExecutor(_Executor):
         return _struct_bytes.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)
 
     def run(self, frame: int) -> None:
-        if self.warm:
-            self._run(frame)
-            return
-        # The function's first run builds and loads the Warp modules of the kernels it launches
-        # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
-        with _warp_internals.warp_lock():
-            self._run(frame)
-        self.warm = True
+        # One callable at a time in the process: the function runs with Warp's current device and the device's
+        # current stream switched to the call's (see `_CALLABLE_LOCK`), as Warp's bridge serialises its callables.
+        with _CALLABLE_LOCK:
+            if self.warm:
+                self._run(frame)
+                return
+            # The function's first run builds and loads the Warp modules of the kernels it launches
+            # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
+            with _warp_internals.warp_lock():
+                self._run(frame)
+            self.warm = True
 
     def _run(self, frame: int) -> None:
         plan = self.plan
         ops, res = self.pointers(frame)
+        capturing = False
         if self.device.is_cpu:
-            stream = None
+            # The function's launches without a device= go to Warp's current device: make it the CPU, as Warp's bridge does.
+            scope: Any = wp.ScopedDevice(self.device)
             for j, nbytes in self.zero:
                 _memset(res[j], 0, nbytes)
         else:
-            stream = wp.Stream(self.device, cuda_stream=_xla_ffi.get_stream(frame))
+            cuda_stream = _xla_ffi.get_stream(frame)
+            capturing = _warp_internals.stream_is_capturing(cuda_stream)
+            if capturing and not self.warm:
+                _check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
+            # ScopedStream makes the stream the device's current one and the device Warp's current device.
+            scope = wp.ScopedStream(wp.Stream(self.device, cuda_stream=cuda_stream), sync_enter=False)
             for j, nbytes in self.zero:
-                _warp_internals.cuda_memset(self.device, res[j], nbytes, stream.cuda_stream)
+                _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
+        with scope:
+            if not capturing:
+                self._slices(ops, res)
+                return
+            # XLA is recording this call into a command buffer (a CUDA graph): tell Warp, as its bridge does, so
+            # that Warp retains the modules launched during the capture, makes allocations in it graph-safe and
+            # refuses what cannot run in a capture (wp.config.verify_cuda's synchronisations).
+            with wp.ScopedCapture(external=True) as capture:
+                self._slices(ops, res)
+            self.capture = capture
+            for module in _warp_internals.capture_modules(capture):
+                self.captured_modules.setdefault(id(module), module)
+
+    def _slices(self, ops: list[int], res: list[int]) -> None:
+        """Call the function once per batch slice on arrays wrapping the slice's buffers."""
+        plan = self.plan
         func: Callable[..., Any] = plan.target
         for s in range(self.nslices):
             args, in_out = [], []
@@ -416,11 +490,7 @@ class _CallableExecutor(_Executor):
                 args.append(self._array(param.spec, b, ops, res, s, grad))
                 if param.spec.in_out:
                     in_out.append(args[-1])
-            if stream is None:
-                self._call(func, args, in_out)
-            else:
-                with wp.ScopedStream(stream, sync_enter=False):
-                    self._call(func, args, in_out)
+            self._call(func, args, in_out)
 
     def _call(self, func: Callable[..., Any], args: list[Any], in_out: list[Any]) -> None:
         if not self.adjoint:

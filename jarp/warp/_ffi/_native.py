@@ -187,7 +187,8 @@ class LaunchDescriptor:
         entry: the CPU entry point, or the CUfunction on CUDA.
         cuda: for CUDA, ``(context, dim, block_dim, grid_stride, cluster_dim, smem_bytes, params)`` where
             ``params`` lists ``(block, byte offset)`` of each kernel parameter (block 2: the bounds).
-        failure: the error message of a failed CUDA launch or memset.
+        failure: how the message of a failed CUDA launch or memset begins; the handler adds what failed and
+            Warp's diagnosis of the CUDA error (``wp_get_error_string``).
         keep: objects the raw addresses point into (entry points, bounds).
     """
 
@@ -284,7 +285,7 @@ class NativeHandler:
         if missing:
             raise RuntimeError(f"symbols missing from the compiled handler: {', '.join(missing)}")
         self._check_layout()
-        self._configure = ctypes.CFUNCTYPE(None, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._configure = ctypes.CFUNCTYPE(None, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
         self._take_released = ctypes.CFUNCTYPE(_I64, ctypes.POINTER(_I64), _I64)(self._symbols["jarp_take_released"])
         self._released_lock = threading.Lock()
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
@@ -372,7 +373,7 @@ class NativeHandler:
         self,
         slow: dict[tuple[str, bool], int],
         resolve: dict[tuple[str, bool], int],
-        cuda: tuple[int, int] | None = None,
+        cuda: tuple[int, int, int] | None = None,
     ) -> None:
         """Set the Python callbacks (keyed like the handlers); call before registering.
 
@@ -382,17 +383,19 @@ class NativeHandler:
             resolve: the address of the Python side of the instantiate stage for each ``(platform, graph)``:
                 ``XLA_FFI_Error* resolve(XLA_FFI_CallFrame*, int64_t out[2])`` writes the plan handle and a
                 lease id the call's description resolves to.
-            cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel`` and
-                ``wp_memset_device``, which the CUDA handlers call; None (the default) for Warp's own where
-                CUDA is available (and none otherwise: no CUDA frame can reach the handler then).
+            cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel``,
+                ``wp_memset_device`` and ``wp_get_error_string``, which the CUDA handlers call (the last one
+                for the message of a failed launch or memset); None (the default) for Warp's own where CUDA
+                is available (and none otherwise: no CUDA frame can reach the handler then).
         """
-        cuda_launch = cuda_memset = 0
+        cuda_launch = cuda_memset = error_string = 0
         if cuda is not None:
-            cuda_launch, cuda_memset = cuda
+            cuda_launch, cuda_memset, error_string = cuda
         elif wp.is_cuda_available():
             cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
+            error_string = _warp_internals.error_string_address()
         self._callbacks = ((_P * 4)(*[slow[k] for k in _ORDER]), (_P * 4)(*[resolve[k] for k in _ORDER]))
-        self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset)
+        self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string)
 
     def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
         """Publish the descriptor of (``handle``, device ``slot``); False if the table cannot hold it."""

@@ -85,7 +85,7 @@ struct Descriptor {
   int64_t smem_bytes;
   int64_t nparams;
   const KernelParam* params;
-  const char* failure;  // the message of a failed CUDA launch or memset
+  const char* failure;  // how a failed CUDA launch or memset begins its message (Warp's diagnosis follows)
 };
 
 // ---- the table ----
@@ -100,6 +100,7 @@ typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*);
 typedef XLA_FFI_Error* (*Resolve)(XLA_FFI_CallFrame*, int64_t*);
 typedef size_t (*CudaLaunch)(void*, void*, size_t, int, int, int, int, int, void**, void*, const void*);
 typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
+typedef const char* (*ErrorString)();
 typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
 
@@ -107,6 +108,7 @@ SlowPath g_slow[4];  // [platform * 2 + graph]
 Resolve g_resolve[4];  // [platform * 2 + graph]: the instantiate stage's Python side
 CudaLaunch g_cuda_launch;
 CudaMemset g_cuda_memset;
+ErrorString g_error_string;  // Warp's wp_get_error_string: why its last CUDA call failed
 // Interpreter exit (jarp's atexit hook): once g_exiting is set, no frame goes to the Python callback, and the
 // hook waits until g_in_python (the calls already inside it) drains. A worker thread that takes the GIL after
 // CPython's finalization began is ended by CPython (pthread_exit), which leaves XLA's CPU client waiting for
@@ -168,6 +170,29 @@ XLA_FFI_Error* error(XLA_FFI_CallFrame* frame, XLA_FFI_Error_Code code, const ch
   args.message = message;
   args.errc = code;
   return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+// Append `src` to the message `dst` holds `n` characters of (at most `cap` - 1 in all); return its new length.
+inline size_t append(char* dst, size_t n, size_t cap, const char* src) {
+  while (src != nullptr && *src != '\0' && n + 1 < cap) dst[n++] = *src++;
+  dst[n] = '\0';
+  return n;
+}
+
+// A failed CUDA launch or memset: the descriptor's message (Warp's, for this kernel), what failed, and Warp's
+// diagnosis of its last CUDA error, as wp.launch reports it. XLA_FFI_Error_Create copies the message (into an
+// absl::Status), so it can be built on the stack.
+XLA_FFI_Error* cuda_failure(XLA_FFI_CallFrame* frame, const Descriptor* d, const char* what) {
+  char message[4096];
+  size_t n = append(message, 0, sizeof(message), d->failure);
+  n = append(message, n, sizeof(message), what);
+  const char* why = g_error_string != nullptr ? g_error_string() : nullptr;
+  if (why != nullptr && *why != '\0') {
+    n = append(message, n, sizeof(message), ": ");
+    n = append(message, n, sizeof(message), why);
+  }
+  append(message, n, sizeof(message), " (jarp's native launch)");
+  return error(frame, XLA_FFI_Error_Code_INTERNAL, message);
 }
 
 bool answer_metadata(XLA_FFI_CallFrame* frame, bool graph) {
@@ -303,7 +328,7 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     if (!kCuda) {
       memset(dst, 0, nbytes);
     } else if (!g_cuda_memset(d->context, dst, 0, nbytes, stream)) {
-      return error(frame, XLA_FFI_Error_Code_INTERNAL, d->failure);
+      return cuda_failure(frame, d, ": zero-filling a result before the launch failed");
     }
   }
   if (!d->launch) return nullptr;
@@ -335,7 +360,7 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
       if (g_cuda_launch(d->context, d->entry, static_cast<size_t>(d->dim), 0, static_cast<int>(d->block_dim),
                         static_cast<int>(d->grid_stride), static_cast<int>(d->cluster_dim),
                         static_cast<int>(d->smem_bytes), params, stream, nullptr) != 0)
-        return error(frame, XLA_FFI_Error_Code_INTERNAL, d->failure);
+        return cuda_failure(frame, d, "");
     } else if (d->nblocks == 1) {
       reinterpret_cast<CpuForward>(d->entry)(d->bounds, blocks[0]);
     } else {
@@ -385,14 +410,16 @@ XLA_FFI_Error* jarp_floor_handler(XLA_FFI_CallFrame* frame) {
 }
 
 // Set once, before the handlers are registered: the Python callbacks ([platform * 2 + graph], for the execute
-// and the instantiate stage) and Warp's CUDA launch and memset functions.
-void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, void* cuda_memset) {
+// and the instantiate stage), and Warp's CUDA launch, memset and error-string functions.
+void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, void* cuda_memset,
+                    void* error_string) {
   for (int i = 0; i < 4; ++i) {
     g_slow[i] = reinterpret_cast<SlowPath>(slow[i]);
     g_resolve[i] = reinterpret_cast<Resolve>(resolve[i]);
   }
   g_cuda_launch = reinterpret_cast<CudaLaunch>(cuda_launch);
   g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
+  g_error_string = reinterpret_cast<ErrorString>(error_string);
 }
 
 // Interpreter exit: refuse the Python callback from now on; the number of calls still inside it.

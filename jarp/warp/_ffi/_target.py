@@ -217,7 +217,7 @@ def _callback(frame: int, platform: str, graph: bool) -> int | None:
             key = (handle, _xla_ffi.get_device_ordinal(frame))
             executor = executors.get(key)
             if executor is None:
-                executor = get_executor(key, platform)
+                executor = get_executor(key, platform, frame)
         executor.run(frame)
         return None
     except CallError as e:

@@ -14,22 +14,13 @@ from . import _weakcache
 def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
     """Compile and load ``kernel``'s module (its variant for ``block_dim``) at trace time, per ``wp.JaxModulePreloadMode``.
 
-    What was loaded is recorded with the kernel (`_weakcache.cache_for`), so the record
-    goes with it, and a failed load is not recorded (the next trace tries again).
+    ``CURRENT_DEVICE`` loads on JAX's current device only, ``ALL_DEVICES`` on every local JAX CPU and CUDA
+    device (`preload_devices`). What was loaded is recorded with the kernel (`_weakcache.cache_for`), so the
+    record goes with it, and a failed load is not recorded (the next trace tries again).
     """
-    mode = wp.JaxModulePreloadMode(mode)
-    if mode == wp.JaxModulePreloadMode.NONE:
+    devices = preload_devices(mode)
+    if not devices:
         return
-    if mode == wp.JaxModulePreloadMode.CURRENT_DEVICE:
-        platforms = [jax.default_backend()]
-    else:
-        platforms = ["cpu", "gpu"]
-    devices = []
-    for platform in platforms:
-        if platform == "cpu":
-            devices.append(wp.get_device("cpu"))
-        elif platform in ("gpu", "cuda"):
-            devices.extend(wp.get_cuda_devices())
     loaded = _weakcache.cache_for(kernel, "preloaded")
     for device in devices:
         key = (str(device), block_dim, bool(wp.config.enable_cpu_blocks))
@@ -37,3 +28,44 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
             continue
         _warp_internals.load_entry_points(kernel, device, block_dim)  # under Warp's lock
         loaded[key] = True
+
+
+def preload_devices(mode: Any) -> list[Any]:
+    """The Warp devices a preload in ``mode`` loads on, as Warp's bridge chooses them.
+
+    ``CURRENT_DEVICE``: JAX's current device (``jax.default_device``'s, else the first local device), so
+    no context is created and nothing compiled for a GPU this process does not compute on. ``ALL_DEVICES``:
+    every local JAX CPU and CUDA device, once each. A JAX device Warp cannot map (another platform, a GPU of
+    another process) is skipped.
+    """
+    mode = wp.JaxModulePreloadMode(mode)
+    if mode == wp.JaxModulePreloadMode.NONE:
+        return []
+    if mode == wp.JaxModulePreloadMode.CURRENT_DEVICE:
+        jax_devices = [_current_jax_device()]
+    else:
+        jax_devices = []
+        for backend in ("cpu", "cuda"):
+            try:
+                jax_devices.extend(jax.local_devices(backend=backend))
+            except RuntimeError:  # no such backend in this process
+                continue
+    devices: list[Any] = []
+    for jax_device in jax_devices:
+        try:
+            device = wp.device_from_jax(jax_device)
+        except (IndexError, RuntimeError):
+            continue
+        if all(device is not d for d in devices):
+            devices.append(device)
+    return devices
+
+
+def _current_jax_device() -> Any:
+    """JAX's current device: the one ``jax.default_device`` (or ``jax_default_device``) names, else the first local one."""
+    device = jax.config.jax_default_device
+    if device is None:
+        return jax.local_devices()[0]
+    if isinstance(device, str):  # a platform name
+        return jax.local_devices(backend=device)[0]
+    return device

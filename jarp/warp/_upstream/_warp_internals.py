@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -47,6 +48,7 @@ __all__ = [
     "ArrayStruct",
     "EntryPoints",
     "array_kind",
+    "capture_modules",
     "check_cuda_grid",
     "compile_aot_variant",
     "compile_cpu_object",
@@ -55,9 +57,11 @@ __all__ = [
     "cuda_hidden_params",
     "cuda_launch",
     "cuda_launch_address",
+    "cuda_launch_failure",
     "cuda_memset",
     "cuda_memset_address",
     "default_cuda_arch",
+    "error_string_address",
     "is_struct_type",
     "kernel_code_hash",
     "kernel_params",
@@ -65,12 +69,15 @@ __all__ = [
     "launch_bounds",
     "load_cpu_object",
     "load_entry_points",
+    "loads_during_capture",
     "make_kernel",
     "module_codegen",
+    "module_loaded",
     "registered_kernel",
     "release_unloads",
     "resolve_block_dim",
     "runtime_core",
+    "stream_is_capturing",
     "struct_ctype",
     "struct_fields",
     "struct_instance_ctype",
@@ -382,6 +389,46 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
     return entry
 
 
+def module_loaded(kernel: wp.Kernel, device: wp.context.Device, block_dim: int | None = None) -> bool:
+    """Whether ``kernel``'s module is loaded, and current, on ``device`` (so `load_entry_points` would not load it).
+
+    The same test ``Module.load`` makes before it builds or loads: a loaded variant for the resolved block dim whose
+    hash is the module's current one. It loads nothing (hashing a module generates no code and touches no device).
+    """
+    resolved = resolve_block_dim(device, block_dim)
+    module = kernel.module
+    with _WARP_LOCK:
+        loaded = module.execs.get((device.context, resolved))
+        if loaded is None:
+            return False
+        return bool(module.options["strip_hash"]) or loaded.module_hash == module.get_module_hash(resolved)
+
+
+def stream_is_capturing(stream: int) -> bool:
+    """Whether the CUDA stream ``stream`` (a raw ``CUstream``) is capturing a graph (as ``wp.Stream.is_capturing``)."""
+    return bool(runtime_core().wp_cuda_stream_is_capturing(ctypes.c_void_p(stream)))
+
+
+def capture_modules(capture: Any) -> list[Any]:
+    """The loaded modules (``ModuleExec``) Warp retained for the graph a ``wp.ScopedCapture`` captured.
+
+    Warp adds a module to its capture's graph when a launch during the capture uses it; holding them keeps
+    their code loaded (a rebuild of a module would otherwise unload code a live graph still calls).
+    """
+    graph = getattr(capture, "graph", None)
+    return list(getattr(graph, "module_execs", ()) or ())
+
+
+def loads_during_capture() -> bool:
+    """Whether the CUDA driver can load a module while a stream captures a graph (driver 12.3 or newer).
+
+    ``wp.capture_begin`` makes the same test to decide whether to load every module before a capture starts.
+    """
+    runtime_core()
+    version = wp._src.context.runtime.driver_version
+    return version is not None and tuple(version) >= (12, 3)
+
+
 def cpu_block_error() -> str:
     """Take (and clear) the error a cooperative CPU block launch recorded, or ``""``."""
     err = runtime_core().wp_take_cpu_block_error()
@@ -396,10 +443,49 @@ def runtime_core() -> Any:
     return wp._src.context.runtime.core
 
 
+def init_quietly() -> None:
+    """Initialise Warp (if it is not yet) without its banner: jarp does so on import, where a print would surprise.
+
+    Warp prints the banner (its version, devices and kernel cache) at initialisation when ``wp.config.log_level``
+    is ``wp.LOG_INFO`` or lower; the same information is in ``python -m jarp``. Warnings still print.
+    """
+    if wp._src.context.runtime is not None:
+        return
+    with _WARP_LOCK:
+        level = wp.config.log_level
+        wp.config.log_level = max(level, wp.LOG_WARNING)
+        try:
+            wp.init()
+        finally:
+            wp.config.log_level = level
+
+
 def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -> None:
-    """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``."""
+    """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``.
+
+    Raises:
+        RuntimeError: if the memset failed, with Warp's diagnosis of the CUDA error.
+    """
     if not runtime_core().wp_memset_device(device.context, ptr, 0, nbytes, ctypes.c_void_p(stream)):
-        raise RuntimeError(f"Warp failed to zero {nbytes} bytes on {device}")
+        raise RuntimeError(
+            f"Warp failed to zero {nbytes} bytes on {device}: {wp._src.context.runtime.get_error_string()}"
+        )
+
+
+def cuda_launch_failure(kernel: wp.Kernel, entry: EntryPoints, adjoint: bool) -> str:
+    """How ``wp.launch``'s message for a failed launch of ``entry`` begins, for a caller that adds the CUDA error.
+
+    A kernel whose dynamic shared memory could not be configured fails every launch: then this is Warp's whole
+    diagnosis of that shortfall (it is known when the module loads). Otherwise Warp's message follows with
+    the error of the failed call (``wp_get_error_string``), which only the failure itself can supply.
+    """
+    hooks = entry.hooks
+    if getattr(hooks, "backward_smem_shortfall" if adjoint else "forward_smem_shortfall", None) is not None:
+        try:
+            _raise_cuda_launch_error(kernel, entry.device, hooks, adjoint)  # the shortfall branch reads no error
+        except RuntimeError as e:
+            return str(e)
+    return f"Error launching kernel: {kernel.key} on device {entry.device}"
 
 
 def check_cuda_grid(kernel: wp.Kernel, entry: EntryPoints, size: int) -> None:
@@ -487,6 +573,11 @@ def cuda_hidden_params(kernel: wp.Kernel, block_dim: int | None = None) -> str |
 def cuda_launch_address() -> int:
     """The address of Warp's native ``wp_cuda_launch_kernel`` (the call `cuda_launch` makes), for native callers."""
     return _address(runtime_core().wp_cuda_launch_kernel)
+
+
+def error_string_address() -> int:
+    """The address of Warp's native ``wp_get_error_string`` (its last CUDA error, as text), for native callers."""
+    return _address(runtime_core().wp_get_error_string)
 
 
 def cuda_memset_address() -> int:
@@ -589,6 +680,8 @@ def check_internals() -> None:
     assert names[:2] == ["data", "grad"], f"warp array_t fields changed: {names}"
     assert ArrayStruct.data.offset == 0, "warp array_t.data is no longer the first field"
     assert hasattr(wp.Kernel, "__init__")
+    assert isinstance(wp.config.log_level, int), "wp.config.log_level changed (init_quietly)"
+    assert wp.LOG_INFO < wp.LOG_WARNING, "Warp's log levels changed (init_quietly)"
     for fn in ("cuda_kernel_forward_name", "cuda_kernel_backward_name"):  # cuda_entry_names
         assert callable(getattr(wp._src.codegen, fn, None)), f"warp codegen lost {fn}"
     assert callable(getattr(wp.Module, "get_module_hash", None)), "wp.Module lost get_module_hash"
@@ -625,11 +718,24 @@ def check_internals() -> None:
     assert isinstance(getattr(_DeterministicMeta, "needs_deterministic", None), property), (
         "DeterministicMeta.needs_deterministic is no longer a property"
     )
-    for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error"):
+    kernel_module = wp.get_module(check_internals.__module__)
+    assert isinstance(kernel_module.execs, dict), "Module.execs changed (module_loaded)"
+    assert "strip_hash" in kernel_module.options, "Module.options lost strip_hash (module_loaded)"
+    runtime_core()
+    assert hasattr(wp._src.context.runtime, "driver_version"), "runtime.driver_version moved (loads_during_capture)"
+    assert isinstance(wp.Graph(wp.get_device("cpu")).module_execs, set), "Graph.module_execs changed (capture_modules)"
+    for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error", "wp_cuda_stream_is_capturing"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
     # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
     assert len(runtime_core().wp_cuda_launch_kernel.argtypes) == 11, "wp_cuda_launch_kernel's parameters changed"
     assert len(runtime_core().wp_memset_device.argtypes) == 5, "wp_memset_device's parameters changed"
+    error_string = runtime_core().wp_get_error_string
+    assert (error_string.argtypes or []) == [], "wp_get_error_string's parameters changed"
+    assert error_string.restype is ctypes.c_char_p, "wp_get_error_string no longer returns a C string"
+    hook_params = inspect.signature(wp._src.context.KernelHooks).parameters
+    assert {"forward_smem_shortfall", "backward_smem_shortfall"} <= set(hook_params), (
+        "KernelHooks lost its shared-memory shortfalls (cuda_launch_failure)"
+    )
     llvm = wp._src.context.runtime.llvm
     for attr in ("wp_compile_cpp", "wp_load_obj", "wp_lookup"):
         assert llvm is None or hasattr(llvm, attr), f"warp-clang library lost {attr}"
