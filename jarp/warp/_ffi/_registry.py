@@ -159,6 +159,14 @@ class _Registry:
             self._state_leases[lease_id] = lease
         return handle, lease_id
 
+    def lookup(self, text: str) -> int | None:
+        """The handle of the plan this process lowered with description ``text``, if it is registered (for inspection).
+
+        Nothing is rebuilt or leased: a description this process never lowered (or whose plan it released) gives None.
+        """
+        plan = self._described.get(text)
+        return None if plan is None else self._handles.get(plan)
+
     def release_states(self, lease_ids: list[int]) -> None:
         """Drop the leases of deleted XLA FFI states (their executables were destroyed)."""
         with self._lock:
