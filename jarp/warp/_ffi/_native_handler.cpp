@@ -96,7 +96,7 @@ constexpr int64_t kDeviceSlots = 17;     // the CPU and 16 CUDA ordinals
 
 Descriptor** g_chunks[kMaxChunks];
 
-typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*);
+typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*, int64_t);  // the frame, and its plan handle or -1
 typedef XLA_FFI_Error* (*Resolve)(XLA_FFI_CallFrame*, int64_t*);
 typedef size_t (*CudaLaunch)(void*, void*, size_t, int, int, int, int, int, void**, void*, const void*);
 typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
@@ -224,8 +224,8 @@ XLA_FFI_Error* python(XLA_FFI_CallFrame* frame, F call) {
   return result;
 }
 
-XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame) {
-  return python(frame, [&] { return slow(frame); });
+XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame, int64_t handle = -1) {
+  return python(frame, [&] { return slow(frame, handle); });
 }
 
 // The instantiate stage (once per loaded executable): resolve the call's description to a plan handle and a
@@ -289,25 +289,25 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     args.device_ordinal = -1;
     XLA_FFI_Error* err = frame->api->XLA_FFI_DeviceOrdinal_Get(&args);
     if (err != nullptr) return err;
-    if (args.device_ordinal < 0 || args.device_ordinal >= kDeviceSlots - 1) return python(slow, frame);
+    if (args.device_ordinal < 0 || args.device_ordinal >= kDeviceSlots - 1) return python(slow, frame, handle);
     slot = 1 + args.device_ordinal;
   }
   const Descriptor* d = lookup(handle, slot);
-  if (d == nullptr) return python(slow, frame);  // not prepared yet, a callable, or not jarp's
+  if (d == nullptr) return python(slow, frame, handle);  // not prepared yet, a callable, or not jarp's
 
   // The buffers, exactly as the plan expects them, before any memory is touched.
-  if (frame->args.size != d->nargs || frame->rets.size != d->nrets) return python(slow, frame);
+  if (frame->args.size != d->nargs || frame->rets.size != d->nrets) return python(slow, frame, handle);
   void** ptrs[2];
   ptrs[0] = static_cast<void**>(__builtin_alloca(sizeof(void*) * (d->nargs + d->nrets + 1)));
   ptrs[1] = ptrs[0] + d->nargs;
   for (int64_t i = 0; i < d->nargs; ++i) {
     const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->args.args[i]);
-    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || !same_buffer(b, d->args[i])) return python(slow, frame);
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || !same_buffer(b, d->args[i])) return python(slow, frame, handle);
     ptrs[0][i] = b->data;
   }
   for (int64_t j = 0; j < d->nrets; ++j) {
     const XLA_FFI_Buffer* b = static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[j]);
-    if (frame->rets.types[j] != XLA_FFI_RetType_BUFFER || !same_buffer(b, d->rets[j])) return python(slow, frame);
+    if (frame->rets.types[j] != XLA_FFI_RetType_BUFFER || !same_buffer(b, d->rets[j])) return python(slow, frame, handle);
     ptrs[1][j] = b->data;
   }
 

@@ -44,6 +44,7 @@ _register_lock = threading.Lock()
 _registered = False
 _FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
 _RESOLVE_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+_SLOW_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)  # the native handler's slow path
 _keep: list[Any] = []  # what XLA holds raw pointers to, for the life of the process
 _state_type = 0  # the address of jarp's XLA_FFI_TypeId
 
@@ -73,35 +74,31 @@ def ensure_registered() -> None:
             return
         _xla_ffi.check_layout()
         native = _native.handler()
-        callbacks: dict[tuple[str, bool], int] = {}
-        resolvers: dict[tuple[str, bool], int] = {}
-        for graph in (True, False):
-            for platform in _trampoline.PLATFORMS:
-                callbacks[(platform, graph)] = _trampoline.trampoline(
-                    lambda frame, p=platform, g=graph: _callback(frame, p, g)
-                )
-                resolver = _RESOLVE_TYPE(_resolve)
-                _keep.append(resolver)
-                resolvers[(platform, graph)] = ctypes.cast(resolver, ctypes.c_void_p).value or 0
+        keys = [(platform, graph) for graph in (True, False) for platform in _trampoline.PLATFORMS]
         if native is not None:
-            native.configure(callbacks, resolvers)
+            # The native handler passes the frames it does not serve, with the plan handle when it read one.
+            slow = {
+                key: _keep_address(_SLOW_TYPE(lambda frame, handle, k=key: _callback(frame, *k, handle)))
+                for key in keys
+            }
+            resolvers = {key: _keep_address(_RESOLVE_TYPE(_resolve)) for key in keys}
+            native.configure(slow, resolvers)
             if _native.status() == "native":
                 # The native handler launches published plans itself and passes every other frame to `_callback`.
                 _native.activate(native)
             registry.add_source(native.take_released)
             type_id, type_info = native.state_type, native.state_info
             bundles = {
-                key: {"instantiate": native.instantiate_address(*key), "execute": native.address(*key)}
-                for key in callbacks
+                key: {"instantiate": native.instantiate_address(*key), "execute": native.address(*key)} for key in keys
             }
         else:
             type_id, type_info = _python_state_type()
             bundles = {
                 key: {
                     "instantiate": _trampoline.trampoline(lambda frame, g=key[1]: _instantiate(frame, g)),
-                    "execute": callbacks[key],
+                    "execute": _trampoline.trampoline(lambda frame, k=key: _callback(frame, *k, -1)),
                 }
-                for key in callbacks
+                for key in keys
             }
         _state_type = type_id
         for platform in _trampoline.PLATFORMS:
@@ -113,6 +110,12 @@ def ensure_registered() -> None:
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
             _trampoline.register_bundle(name, {p: bundles[(p, graph)] for p in _trampoline.PLATFORMS})
         _registered = True
+
+
+def _keep_address(callback: Any) -> int:
+    """The address of a ctypes callback, kept alive for the process (XLA and the native handler hold it)."""
+    _keep.append(callback)
+    return ctypes.cast(callback, ctypes.c_void_p).value or 0
 
 
 class _TypeInfo(ctypes.Structure):
@@ -203,12 +206,15 @@ def state_handle(frame: int) -> int:
     return ctypes.c_int64.from_address(state).value
 
 
-def _callback(frame: int, platform: str, graph: bool) -> int | None:
-    handle = -1
+def _callback(frame: int, platform: str, graph: bool, handle: int) -> int | None:
+    """The execute stage in Python: run the frame's plan (``handle``, or -1 to read it from the call's state)."""
     try:
-        if _xla_ffi.read_ptr(frame + _FRAME_EXTENSION) and _xla_ffi.answer_metadata_query(frame, graph, _state_value()):
-            return None
-        handle = state_handle(frame)
+        if handle < 0:
+            if _xla_ffi.read_ptr(frame + _FRAME_EXTENSION) and _xla_ffi.answer_metadata_query(
+                frame, graph, _state_value()
+            ):
+                return None
+            handle = state_handle(frame)
         if platform == "cpu":
             executor = cpu_executors.get(handle)  # a hit means a handle the registry holds
             if executor is None:
