@@ -223,22 +223,30 @@ def _kernel_not_describable(plan: Plan) -> str | None:
 
 
 def _callable_not_describable(func: Any) -> str | None:
+    # A nested function reaches the plan wrapped for comparison by value (`_base._ValueFunction`): name the function.
+    wrapped = getattr(func, "__wrapped__", None)
+    if isinstance(wrapped, types.FunctionType) and not isinstance(func, types.FunctionType):
+        reason = _callable_not_describable(wrapped)
+        return reason or (
+            f"jax_callable function {wrapped.__qualname__!r} (module {wrapped.__module__!r}) is compared by its "
+            "captured values, so another process cannot find it by name; define it at the top level of a module"
+        )
     if not isinstance(func, types.FunctionType):
         return (
             f"jax_callable target {func!r} is not a plain Python function (a functools.partial, a closure or "
             "another callable object), so another process cannot find it by name; pass a function defined at "
-            "the top level of a module."
+            "the top level of a module"
         )
     qualname = func.__qualname__
     if "<locals>" in qualname or "<lambda>" in qualname:
         return (
             f"jax_callable function {qualname!r} (module {func.__module__!r}) is a lambda or is defined inside "
-            "another function, so another process cannot find it by name; define it at the top level of a module."
+            "another function, so another process cannot find it by name; define it at the top level of a module"
         )
     if _walk(func.__module__, qualname) is not func:
         return (
             f"jax_callable function {qualname!r} is not the attribute {qualname!r} of its module "
-            f"{func.__module__!r} (redefined, or renamed since), so another process cannot find it by name."
+            f"{func.__module__!r} (redefined, or renamed since), so another process cannot find it by name"
         )
     return None
 
