@@ -132,6 +132,7 @@ def test_compile_aot_reuses_a_build_and_returns_one_path_per_arch(
 # Lowering for CUDA without a GPU
 # ======================================================================================================================
 
+
 def _lower_for_cuda(f: Callable[..., Any], *args: Any) -> Any:
     return jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))
 
