@@ -178,3 +178,30 @@ def _lower_in(namespace: dict[str, object]) -> str:
     """`_LOWER_TRIPLE`'s program text, lowered in this process."""
     exec(_LOWER_TRIPLE, namespace)
     return str(namespace["text"])
+
+
+def test_a_retraced_plan_is_resolved_without_a_rebuild(monkeypatch):
+    # Each trace makes a new Plan object, equal to the registered one. The description must lead to the registered
+    # plan even after the retrace's lowering (and its plan object) is gone: the instantiate stage then finds it
+    # instead of rebuilding it, and `registry.lookup` finds its handle.
+    import gc
+
+    from jarp.warp._plan import _describe
+
+    m = jax_kernel(k.triple_kernel)
+    x = jnp.ones(11, jnp.float32)
+    kept = jax.jit(lambda x: m(x)[0]).lower(x)  # holds the plan's lease
+    (first,) = custom_calls(kept.as_text())
+    text = jax.jit(lambda x: m(x)[0]).lower(x).as_text()  # another trace, whose lowered stage is dropped at once
+    gc.collect()
+    (again,) = custom_calls(text)
+    assert again["desc"] == first["desc"]
+    assert again["plan"] == first["plan"] is not None
+
+    def no_rebuild(text):
+        raise AssertionError("a plan this process holds was rebuilt from its description")
+
+    monkeypatch.setattr(_describe, "rebuild", no_rebuild)
+    handle, lease = _registry.registry.resolve(again["desc"])
+    _registry.registry.release_states([lease])
+    assert handle == first["plan"]
