@@ -219,6 +219,7 @@ def test_compiled_step_runs_the_hessian_product_kernel_and_no_dense_matrix() -> 
     import jax
 
     from jarp.warp._ffi._registry import registry
+    from tests.warp.support.lowered import plan_handles
 
     ex = load_example()
     true_net = ex.make_net(4, 2, ex.true_log_stiffness(2, 0))
@@ -229,7 +230,7 @@ def test_compiled_step_runs_the_hessian_product_kernel_and_no_dense_matrix() -> 
     with jax.numpy_dtype_promotion(OPTAX_PROMOTION):
         lowered = ex.train_step.lower(params, static, optimiser, optimiser.init(params), net.rest_positions, x_obs)
     text = lowered.as_text()
-    plans = [registry.plan(int(h)) for h in re.findall(r"@jarp_warp_call\(.*?plan = (\d+) : i64", text)]
+    plans = [registry.plan(h) for h in plan_handles(text)]
     calls = Counter((plan.name, plan.adjoint) for plan in plans)
     # Newton's CG and the adjoint CG both multiply by the Warp Hessian-product kernel (never its adjoint: the
     # Hessian is symmetric); the parameter cotangent is Warp's adjoint of the gradient kernel; the preconditioner

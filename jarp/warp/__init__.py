@@ -70,12 +70,20 @@ __all__ = [
     "types",
 ]
 
-# jarp's FFI targets are registered with XLA on import, as custom-call libraries do: a process that loads a
-# compiled program with jarp calls (a deserialised export or executable) finds them. That initialises Warp,
-# quietly (its banner would land in the importing program's output).
-from ._ffi import _target
-from ._upstream import _warp_internals
 
-_warp_internals.init_quietly()
-_target.ensure_registered()
-del _target, _warp_internals
+def _register_on_import() -> None:
+    """Register jarp's FFI targets with XLA, as custom-call libraries do on import.
+
+    A process that loads a compiled program with jarp calls (a deserialised export or executable) finds them.
+    That initialises Warp, quietly (its banner would land in the importing program's output). The imports are
+    local so that the package namespace holds only its public names (tests/test_public_api.py).
+    """
+    from ._ffi import _target
+    from ._upstream import _warp_internals
+
+    _warp_internals.init_quietly()
+    _target.ensure_registered()
+
+
+_register_on_import()
+del _register_on_import

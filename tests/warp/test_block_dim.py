@@ -27,6 +27,7 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._upstream import _warp_internals
+from tests.warp.support.lowered import plan_handles as _plan_handles
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -100,10 +101,6 @@ def _matrix(rows: int, cols: int, seed: int = 0) -> jax.Array:
 
 def _sin2(a: jax.Array) -> jax.Array:
     return 2.0 * jnp.sin(a)
-
-
-def _plan_handles(text: str) -> list[int]:
-    return [int(h) for h in re.findall(r"stablehlo\.custom_call @jarp_warp_call\w*\(.*plan = (\d+) : i64", text)]
 
 
 # ======================================================================================================================

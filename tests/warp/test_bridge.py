@@ -13,8 +13,10 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry, _target
+from jarp.warp._plan._describe import ABI_VERSION
 
 from .support import kernels as k
+from .support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -88,8 +90,11 @@ def test_lowers_for_cuda_without_a_gpu():
     text = f.trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
     calls = [line for line in text.splitlines() if "stablehlo.custom_call @jarp_warp_call" in line]
     assert len(calls) == 2  # forward and adjoint
-    assert all("plan = " in line for line in calls)
     assert any("output_operand_aliases" in line for line in calls)  # the adjoint's writable cotangent copy
+    # each call names its plan by content: jarp's call-ABI version and a description this process resolves
+    parsed = custom_calls(text)
+    assert [c["abi"] for c in parsed] == [ABI_VERSION] * 2
+    assert sorted(_registry.registry.plan(c["plan"]).label for c in parsed) == ["adjoint", "kernel"]
 
 
 def test_registered_once():
@@ -138,11 +143,65 @@ def test_side_effect_survives_dead_code_elimination():
     assert _LOG == [3] * 5
 
 
-def test_compiled_calls_are_unique_to_the_process():
-    # plan handles index a process-local registry: the lowered call carries a per-process token, so JAX's
-    # persistent compilation cache can never hand this executable to another process
-    text = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0]).lower(jnp.ones(3, jnp.float32)).as_text()
-    assert f"session = {int(_target.SESSION)} : i64" in text
-    code = "from jarp.warp._ffi import _target; print(int(_target.SESSION))"
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert int(other.stdout.split()[-1]) != int(_target.SESSION)
+_LOWER_TRIPLE = (
+    "import jax, jax.numpy as jnp\n"
+    "from jarp.warp import jax_kernel\n"
+    "from tests.warp.support import kernels as k\n"
+    "text = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0]).lower(jnp.ones(3, jnp.float32)).as_text()\n"
+)
+
+
+def test_compiled_calls_are_the_same_in_every_process():
+    # A call names its plan by content (abi and desc), never by a process-local handle or token: another process
+    # lowers the same program to the same text, so JAX's persistent compilation cache and jax.export can share it.
+    namespace: dict[str, object] = {}
+    text = _lower_in(namespace)
+    (call,) = custom_calls(text)
+    assert call["abi"] == ABI_VERSION
+    assert "local" not in call["description"], call["desc"]  # a module-level kernel: resolvable anywhere
+    assert _registry.registry.plan(call["plan"]).target is k.triple_kernel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    other = subprocess.run(
+        [sys.executable, "-c", _LOWER_TRIPLE + "print('=' * 8, text, sep='\\n')"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert other.stdout.split("=" * 8 + "\n", 1)[1].strip() == text.strip()  # after Warp's module-load lines
+
+
+def _lower_in(namespace: dict[str, object]) -> str:
+    """`_LOWER_TRIPLE`'s program text, lowered in this process."""
+    exec(_LOWER_TRIPLE, namespace)
+    return str(namespace["text"])
+
+
+def test_a_retraced_plan_is_resolved_without_a_rebuild(monkeypatch):
+    # Each trace makes a new Plan object, equal to the registered one. The description must lead to the registered
+    # plan even after the retrace's lowering (and its plan object) is gone: the instantiate stage then finds it
+    # instead of rebuilding it, and `registry.lookup` finds its handle.
+    import gc
+
+    from jarp.warp._plan import _describe
+
+    m = jax_kernel(k.triple_kernel)
+    x = jnp.ones(11, jnp.float32)
+    kept = jax.jit(lambda x: m(x)[0]).lower(x)  # holds the plan's lease
+    (first,) = custom_calls(kept.as_text())
+    text = jax.jit(lambda x: m(x)[0]).lower(x).as_text()  # another trace, whose lowered stage is dropped at once
+    gc.collect()
+    (again,) = custom_calls(text)
+    assert again["desc"] == first["desc"]
+    assert again["plan"] == first["plan"] is not None
+
+    def no_rebuild(text):
+        raise AssertionError("a plan this process holds was rebuilt from its description")
+
+    monkeypatch.setattr(_describe, "rebuild", no_rebuild)
+    handle, lease = _registry.registry.resolve(again["desc"])
+    _registry.registry.release_states([lease])
+    assert handle == first["plan"]

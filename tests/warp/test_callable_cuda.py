@@ -9,7 +9,6 @@ real (a real plan), and what needs a GPU is faked: the device, XLA's stream, War
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from jarp.warp._ffi._frame import CallError
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
+from tests.warp.support.lowered import plan_handles
 
 STREAM = 0x5EA4_0000_0000  # the CUstream XLA hands the call
 
@@ -103,7 +103,7 @@ _x = jnp.linspace(0.0, 1.0, 8, dtype=jnp.float32)
 
 def _plan(fn: Callable[..., Any], *args: Any) -> Plan:
     text = jax.jit(fn).lower(*args).as_text()
-    (handle,) = {int(h) for h in re.findall(r"plan = (\d+)", text)}
+    (handle,) = set(plan_handles(text))
     return registry.plan(handle)
 
 

@@ -8,7 +8,6 @@ anything loads. Without a GPU the device, the stream's capture state, the driver
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jax
@@ -20,6 +19,7 @@ from jarp.warp import jax_kernel
 from jarp.warp._ffi import _executors
 from jarp.warp._ffi._frame import CallError
 from jarp.warp._upstream import _warp_internals, _xla_ffi
+from tests.warp.support.lowered import plan_handles
 
 from .support import kernels as k
 
@@ -66,7 +66,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
 def _handle() -> int:
     f = jax_kernel(k.triple_kernel, module_preload_mode=wp.JaxModulePreloadMode.NONE)
     text = jax.jit(lambda x: f(x)[0]).lower(jnp.zeros(7, jnp.float32)).as_text()
-    (handle,) = {int(h) for h in re.findall(r"plan = (\d+)", text)}
+    (handle,) = set(plan_handles(text))
     return handle
 
 

@@ -157,7 +157,9 @@ _PICKS: dict[str, Callable[[Plan], bool]] = {
     "static s=0.0": lambda p: p.target is k.scale_kernel and _static(0.0)(p),
     "static s=nan": lambda p: p.target is k.scale_kernel and _static(math.nan)(p),
     "bool, int and uint64 statics": lambda p: p.target is kd.flags_kernel and _static(-0.0)(p),
-    "generic overload (float32)": lambda p: p.target.key == "generic_add_kernel" and p.operands[0].dtype == np.float32,
+    "generic overload (float32)": lambda p: (
+        getattr(p.target, "key", None) == "generic_add_kernel" and p.operands[0].dtype == np.float32
+    ),  # targets of other plans of the process include callables (functions have no key)
     "runtime scalar": lambda p: _runtime_scalars.origin(p.target) == (k.scale_kernel, ("s",), False),
     "callable": lambda p: p.target is kd.scale_twice,
     "struct": lambda p: p.target is kst.scale_kernel,

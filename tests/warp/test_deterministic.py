@@ -23,6 +23,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels as plain
 from tests.warp.support import kernels_deterministic as kd
+from tests.warp.support.lowered import plan_handles
 
 A = jnp.asarray(np.random.default_rng(0).normal(size=64), dtype=jnp.float32)
 INDEX = jnp.asarray(np.random.default_rng(1).integers(0, 5, size=64), dtype=jnp.int32)
@@ -150,7 +151,7 @@ def test_callables_launching_deterministic_kernels_lower_for_cuda() -> None:
 def test_a_cuda_executor_refuses_before_loading_anything() -> None:
     module = jw.jax_kernel(kd.sum_kernel, output_dims=1)
     text = jax.jit(lambda a: module(a)[0]).lower(A).as_text()  # lowered for the CPU: a plan is registered
-    (handle,) = {int(h) for h in re.findall(r"plan = (\d+)", text)}
+    (handle,) = set(plan_handles(text))
     plan = registry.plan(handle)
     with pytest.raises(NotImplementedError, match=r"kernel 'sum_kernel'.*deterministic mode \(RUN_TO_RUN\)"):
         _executors._CudaKernelExecutor(plan, object())  # refused before the device is touched

@@ -32,11 +32,13 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
+from jarp.warp._plan._describe import ABI_VERSION
 from jarp.warp._upstream import _warp_internals
 from tests.warp import test_struct
 from tests.warp.support import kernels as k
 from tests.warp.support import kernels64 as k64
 from tests.warp.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
+from tests.warp.support.lowered import custom_calls
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
@@ -129,29 +131,6 @@ def test_compile_aot_reuses_a_build_and_returns_one_path_per_arch(
 # ======================================================================================================================
 # Lowering for CUDA without a GPU
 # ======================================================================================================================
-
-_CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @(\w+)\((.*?)\) \{(.*)\} : ")
-_ALIAS = re.compile(r"output_tuple_indices = \[([\d, ]*)\], operand_index = (\d+)")
-
-
-def _custom_calls(text: str) -> list[dict[str, Any]]:
-    calls = []
-    for match in _CUSTOM_CALL.finditer(text):
-        target, attrs = match.group(1), match.group(3)
-        plan = re.search(r"plan = (\d+) : i64", attrs)
-        aliases = [
-            (tuple(int(i) for i in outs.replace(" ", "").split(",") if i), int(operand))
-            for outs, operand in _ALIAS.findall(attrs)
-        ]
-        calls.append(
-            {
-                "target": target,
-                "plan": None if plan is None else int(plan.group(1)),
-                "aliases": aliases,
-                "side_effect": "has_side_effect = true" in attrs,
-            }
-        )
-    return calls
 
 
 def _lower_for_cuda(f: Callable[..., Any], *args: Any) -> Any:
@@ -271,13 +250,14 @@ def _check_lowering(
     f: Callable[..., Any], args: tuple[Any, ...], expected: list[tuple[str, str, Any, list[Any]]]
 ) -> None:
     lowered = _lower_for_cuda(f, *args)
-    calls = _custom_calls(lowered.as_text())
+    calls = custom_calls(lowered.as_text())
     assert len(calls) == len(expected), calls
     hlo = lowered.as_text(dialect="hlo")
     assert hlo.count("API_VERSION_TYPED_FFI") == len(expected), "jarp's calls must use the typed XLA FFI"
     for call, (target, kind, launched, aliases) in zip(calls, expected, strict=True):
         assert call["target"] == target
-        assert call["plan"] is not None, f"custom call without a plan handle: {call}"
+        assert call["abi"] == ABI_VERSION, f"custom call without jarp's call-ABI version: {call}"
+        assert call["plan"] is not None, f"custom call whose description is not a plan of this process: {call}"
         assert call["aliases"] == aliases
         plan = registry.plan(call["plan"])
         assert plan.label == kind
@@ -300,10 +280,10 @@ def test_jitted_function_lowers_for_cuda_to_jarp_custom_call(name: str) -> None:
 
 def test_lowering_for_cuda_bakes_the_plan_layout() -> None:
     # vmap default keeps the batch in the plan; broadcast_all folds it into the launch dims.
-    (seq,) = _custom_calls(_lower_for_cuda(jax.vmap(lambda x: _triple(x)[0]), jnp.ones((3, 5), jnp.float32)).as_text())
+    (seq,) = custom_calls(_lower_for_cuda(jax.vmap(lambda x: _triple(x)[0]), jnp.ones((3, 5), jnp.float32)).as_text())
     plan = registry.plan(seq["plan"])
     assert (plan.batch_shape, plan.launch_dims) == ((3,), (5,))
-    (fold,) = _custom_calls(
+    (fold,) = custom_calls(
         _lower_for_cuda(
             jax.vmap(lambda a, b: _add_broadcast(a, b)[0], in_axes=(0, None)), jnp.ones((3, 5), jnp.float32), _x()
         ).as_text()
@@ -314,15 +294,15 @@ def test_lowering_for_cuda_bakes_the_plan_layout() -> None:
 
 def test_lowering_for_cuda_and_cpu_share_one_plan() -> None:
     f = jax.jit(lambda x: _triple(x)[0])
-    (cuda,) = _custom_calls(f.trace(_x(7)).lower(lowering_platforms=("cuda",)).as_text())
-    (cpu,) = _custom_calls(f.trace(_x(7)).lower().as_text())
+    (cuda,) = custom_calls(f.trace(_x(7)).lower(lowering_platforms=("cuda",)).as_text())
+    (cpu,) = custom_calls(f.trace(_x(7)).lower().as_text())
     assert cuda["plan"] == cpu["plan"]
 
 
 def test_runtime_scalar_variant_lowers_and_compiles_for_cuda(tmp_path: Path) -> None:
     # A traced scalar argument makes jarp launch a variant of the kernel, in a Warp module of its own.
     scale = jax_kernel(k.scale_kernel)
-    (call,) = _custom_calls(_lower_for_cuda(lambda a, s: scale(a, s)[0], _x(), jnp.float32(3.0)).as_text())
+    (call,) = custom_calls(_lower_for_cuda(lambda a, s: scale(a, s)[0], _x(), jnp.float32(3.0)).as_text())
     plan = registry.plan(call["plan"])
     assert plan.scalar_operands == (1,)
     variant = plan.target

@@ -25,6 +25,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import BufferInfo, ParamInfo, PlanInfo, list_plans
 from tests.warp.support import kernels as k
 from tests.warp.support import kernels64 as k64
+from tests.warp.support.lowered import plan_handles
 
 F32 = "array(ndim=1, dtype=float32)"
 
@@ -32,7 +33,7 @@ F32 = "array(ndim=1, dtype=float32)"
 def _handles(f: Callable[..., Any], *args: Any) -> list[int]:
     """The plan handles of the jarp custom calls in ``jit(f)``'s lowering, in program order."""
     text = jax.jit(f).trace(*args).lower().as_text()
-    return [int(h) for h in re.findall(r"stablehlo\.custom_call @jarp_warp_call\w*\(.*plan = (\d+) : i64", text)]
+    return plan_handles(text)
 
 
 def _info(f: Callable[..., Any], *args: Any) -> list[PlanInfo]:

@@ -21,6 +21,7 @@ from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels as k
+from tests.warp.support.lowered import plan_handles
 
 BIG = 2**31 + 1
 SCALAR_TID_DISABLED = False
@@ -64,10 +65,8 @@ def _lower(f: Any, *args: Any) -> str:
 
 
 def _plan_launch_dims(text: str) -> tuple[int, ...]:
-    import re
-
-    (handle,) = re.findall(r"plan = (\d+) : i64", text)
-    return registry.plan(int(handle)).launch_dims
+    (handle,) = plan_handles(text)
+    return registry.plan(handle).launch_dims
 
 
 TID_MESSAGE = r"Warp cannot launch a kernel using wp\.tid\(\) with extent 2147483649 in dimension {}"

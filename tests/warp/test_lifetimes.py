@@ -333,10 +333,10 @@ def _lower(module: Any, x: jax.Array) -> Any:
     return jax.jit(lambda x: module(x)[0]).lower(x)
 
 
-def _handles(text: str) -> list[str]:
-    import re
+def _handles(text: str) -> list[int | None]:
+    from tests.warp.support.lowered import plan_handles
 
-    return re.findall(r"plan = (\d+) : i64", text)
+    return plan_handles(text)
 
 
 def test_memory_is_bounded_over_200_create_call_drop_cycles() -> None:

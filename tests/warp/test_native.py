@@ -26,6 +26,7 @@ from jarp.warp._ffi import _native, _target
 
 from .support import kernels as k
 from .support import kernels_struct as ks
+from .support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths
 
@@ -125,13 +126,11 @@ def test_a_frame_that_does_not_match_goes_to_python_for_its_error() -> None:
     f = jax.jit(lambda x: m(x)[0])
     x = jnp.arange(6, dtype=jnp.float32)
     np.testing.assert_allclose(f(x), 3 * np.arange(6))
-    text = f.lower(x).as_text()
-    handle = int(text.split("plan = ")[1].split(" ")[0])
+    (lowered,) = custom_calls(f.lower(x).as_text())
+    attrs = {"abi": np.int64(lowered["abi"]), "desc": lowered["desc"]}  # the published plan's own description
     call = jax.ffi.ffi_call(_target.TARGET, jax.ShapeDtypeStruct((5,), jnp.float32))
     with pytest.raises(Exception, match=r"operand 0 .* is float32\[5\], the plan expects float32\[6\]"):
-        jax.block_until_ready(
-            jax.jit(lambda y: call(y, plan=np.int64(handle), session=_target.SESSION))(jnp.ones(5, jnp.float32))
-        )
+        jax.block_until_ready(jax.jit(lambda y: call(y, **attrs))(jnp.ones(5, jnp.float32)))
 
 
 @pytest.mark.skipif(not NATIVE, reason="checks the native handler's layout table")
@@ -187,17 +186,34 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
     broken.write_text("this is not C++\n")
     script = textwrap.dedent(
         f"""
-        import warnings
-        warnings.simplefilter("always")
-        import jax, jax.numpy as jnp, numpy as np
-        from jarp.warp import jax_kernel
-        from jarp.warp._ffi import _native, _target
+        import importlib.abc, importlib.machinery, sys, warnings
         from pathlib import Path
-        from tests.warp.support import kernels as k
-        _native._SOURCE = Path({str(broken)!r})
-        m = jax_kernel(k.triple_kernel)
+
+        class BrokenSource(importlib.abc.MetaPathFinder):
+            # jarp.warp registers its targets (building the handler) on import: point the handler's source at
+            # the broken file as soon as _native is executed, before jarp.warp's __init__ builds it
+            def find_spec(self, fullname, path, target=None):
+                if fullname != "jarp.warp._ffi._native":
+                    return None
+                spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+                execute = spec.loader.exec_module
+
+                def exec_module(module):
+                    execute(module)
+                    module._SOURCE = Path({str(broken)!r})
+
+                spec.loader.exec_module = exec_module
+                return spec
+
+        sys.meta_path.insert(0, BrokenSource())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            import jax, jax.numpy as jnp, numpy as np
+            from jarp.warp import jax_kernel
+            from jarp.warp._ffi import _native, _target
+            from tests.warp.support import kernels as k
+
+            m = jax_kernel(k.triple_kernel)
             for _ in range(3):
                 np.testing.assert_allclose(jax.jit(lambda x: m(x)[0])(jnp.arange(3.0)), [0.0, 3.0, 6.0])
         native = [w for w in caught if "native launch handler" in str(w.message)]
@@ -205,6 +221,9 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
         assert native[0].category is RuntimeWarning
         assert "JARP_LAUNCH=python" in str(native[0].message)
         assert _target.launch_path().startswith("python (the native handler failed to build"), _target.launch_path()
+        # both stages run in Python: the instantiate stage keeps the plan handle as the call's state
+        assert _native.handler() is None and _native.active() is None
+        assert _target.is_registered()
         print("fallback ok")
         """
     )

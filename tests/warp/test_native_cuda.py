@@ -1,9 +1,12 @@
 """The CUDA branch of the native handler (``jarp_handler_cuda`` in ``_native_handler.cpp``), without a GPU.
 
-XLA never calls the CUDA handler on a machine without a GPU, so these tests call the compiled symbol
+XLA never calls the CUDA handler on a machine without a GPU, so these tests call the compiled symbols
 directly: with a call frame built by hand from `_xla_ffi`'s ctypes declarations, a fake ``XLA_FFI_Api``
-(its ``DeviceOrdinal_Get``, ``Stream_Get`` and ``Error_Create`` are Python callbacks) and fake CUDA
-functions with the exact signatures Warp declares for ``wp_cuda_launch_kernel`` and ``wp_memset_device``.
+(its ``DeviceOrdinal_Get``, ``Stream_Get``, ``State_Get``, ``State_Set``, ``Error_Create`` and ``Error_Destroy``
+are Python callbacks) and fake CUDA functions with the exact signatures Warp declares for
+``wp_cuda_launch_kernel`` and ``wp_memset_device``. The execute stage (``jarp_handler_cuda``) reads its plan
+handle from the call's state, which the fake ``State_Get`` hands over (the 24-byte ``State`` the instantiate
+stage, ``jarp_instantiate_cuda``, makes; also tested here, with a fake resolve callback).
 The descriptors are the real ones: `_executors._CudaKernelExecutor` prepares real plans, with only Warp's module
 loading faked (a made-up context, CUfunctions, block, cluster and shared-memory sizes).
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import math
-import re
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +38,7 @@ from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
 
 from .support import kernels as k
+from .support.lowered import plan_handles
 
 _P = ctypes.c_void_p
 CONTEXT = 0xC0C0_0000_0000  # the CUcontext of the fake device
@@ -46,7 +49,8 @@ ERROR = 0xE550_0000  # what Error_Create returns
 SLOW = 0x5100_0000  # what every slow-path callback returns
 SMEM = {False: 48, True: 96}  # shared-memory bytes of the fake forward / backward entry points
 CLUSTER = 2
-TOKEN = 0x1234_5678_9ABC  # the session token the copy is configured with
+STATE_ERROR = 0xE551_0000  # what State_Get returns for a call without a state of the asked type
+RESOLVE_ERROR = 0xE552_0000  # what a failing resolve callback returns
 ARG_BASE, RET_BASE = 0x1000_0000_0000, 0x9000_0000_0000  # fake buffer addresses (never dereferenced)
 
 
@@ -54,26 +58,73 @@ def _address(fn: Any) -> int:
     return ctypes.cast(fn, _P).value or 0
 
 
+class State(ctypes.Structure):
+    """The native handler's per-call state: the plan handle, the lease id, the release queue's link (24 bytes)."""
+
+    _fields_ = (("handle", ctypes.c_int64), ("lease", ctypes.c_int64), ("next", _P))
+
+
 class FakeXla:
-    """A fake ``XLA_FFI_Api``: records the calls of its three functions the handler makes."""
+    """A fake ``XLA_FFI_Api``: records the calls of its functions the handler makes.
+
+    ``State_Get`` answers with ``state`` (an address, or an error if None) when asked for the instantiate
+    stage's state of type ``type_id``, and with an error for any other type or stage, as XLA does.
+    """
 
     def __init__(self) -> None:
         self.ordinal = 0
+        self.type_id = 0  # the address of the XLA_FFI_TypeId whose state State_Get hands over
+        self.state: int | None = None
+        self.set_result: int | None = None  # what State_Set returns (None: success)
         self.calls: list[tuple[str, int, int]] = []  # (function, struct_size, ctx)
         self.errors: list[tuple[int, str]] = []  # (code, message) of each Error_Create
+        self.destroyed: list[int] = []  # the errors Error_Destroy was given
+        self.state_asks: list[tuple[int, int]] = []  # (stage, type_id) of each State_Get
+        self.states_set: list[tuple[int, int, int]] = []  # (stage, type_id, state) of each State_Set
         self._keep = [
             _xla_ffi.ErrorCreate(self._error_create),
             _xla_ffi.StreamGet(self._stream_get),
             _xla_ffi.DeviceOrdinalGet(self._ordinal_get),
+            _xla_ffi.StateCall(self._state_get),
+            _xla_ffi.StateCall(self._state_set),
+            ctypes.CFUNCTYPE(None, ctypes.POINTER(_xla_ffi._ErrorDestroyArgs))(self._error_destroy),
         ]
         self.api = _xla_ffi._Api()
         self.api.struct_size = ctypes.sizeof(_xla_ffi._Api)
-        self.api.Error_Create, self.api.Stream_Get, self.api.DeviceOrdinal_Get = map(_address, self._keep)
+        (
+            self.api.Error_Create,
+            self.api.Stream_Get,
+            self.api.DeviceOrdinal_Get,
+            self.api.State_Get,
+            self.api.State_Set,
+            self.api.Error_Destroy,
+        ) = map(_address, self._keep)
 
     def reset(self) -> None:
         self.ordinal = 0
-        self.calls.clear()
-        self.errors.clear()
+        self.state = None
+        self.set_result = None
+        for log in (self.calls, self.errors, self.destroyed, self.state_asks, self.states_set):
+            log.clear()
+
+    def _state_get(self, args: Any) -> int | None:
+        a = args.contents
+        self.calls.append(("State_Get", a.struct_size, a.ctx or 0))
+        self.state_asks.append((a.stage, a.type_id or 0))
+        if a.stage != _xla_ffi.STAGE_INSTANTIATE or (a.type_id or 0) != self.type_id or self.state is None:
+            return STATE_ERROR
+        a.state = self.state
+        return None
+
+    def _state_set(self, args: Any) -> int | None:
+        a = args.contents
+        self.calls.append(("State_Set", a.struct_size, a.ctx or 0))
+        self.states_set.append((a.stage, a.type_id or 0, a.state or 0))
+        return self.set_result
+
+    def _error_destroy(self, args: Any) -> None:
+        self.calls.append(("Error_Destroy", args.contents.struct_size, 0))
+        self.destroyed.append(args.contents.error or 0)
 
     def _error_create(self, args: Any) -> int:
         a = args.contents
@@ -147,21 +198,28 @@ class FakeCuda:
 
 
 class Env:
-    """A private copy of the handler, configured with the fakes and recording slow-path callbacks."""
+    """A private copy of the handler, configured with the fakes and recording slow-path and resolve callbacks."""
 
     def __init__(self, handler: _native.NativeHandler) -> None:
         self.handler = handler
         self.xla = FakeXla()
+        self.xla.type_id = handler.state_type  # the copy's own XLA_FFI_TypeId
         self.cuda = FakeCuda()
         self.slow_calls: list[tuple[str, bool, int]] = []
-        slow_type = ctypes.CFUNCTYPE(_P, _P)
-        self._slow = {key: slow_type(self._recorder(key)) for key in itertools.product(("cpu", "CUDA"), (True, False))}
+        self.resolve_calls: list[tuple[str, bool, int]] = []
+        self.resolved: tuple[int, int] | None = None  # what resolve writes (None: it fails with RESOLVE_ERROR)
+        keys = list(itertools.product(("cpu", "CUDA"), (True, False)))
+        self._slow = {key: ctypes.CFUNCTYPE(_P, _P)(self._recorder(key)) for key in keys}
+        self._resolve = {key: _target._RESOLVE_TYPE(self._resolver(key)) for key in keys}
         handler.configure(
-            TOKEN,
             {key: _address(cb) for key, cb in self._slow.items()},
+            {key: _address(cb) for key, cb in self._resolve.items()},
             cuda=(_address(self.cuda.launch), _address(self.cuda.memset), _address(self.cuda.error_string)),
         )
         self.calls = {graph: ctypes.CFUNCTYPE(_P, _P)(handler.address("CUDA", graph)) for graph in (True, False)}
+        self.instantiate = {
+            graph: ctypes.CFUNCTYPE(_P, _P)(handler.instantiate_address("CUDA", graph)) for graph in (True, False)
+        }
 
     def _recorder(self, key: tuple[str, bool]) -> Callable[[int], int]:
         def slow(frame: int) -> int:
@@ -170,12 +228,26 @@ class Env:
 
         return slow
 
+    def _resolver(self, key: tuple[str, bool]) -> Callable[[int, Any], int | None]:
+        def resolve(frame: int, out: Any) -> int | None:
+            self.resolve_calls.append((*key, frame))
+            if self.resolved is None:
+                return RESOLVE_ERROR
+            out[0], out[1] = self.resolved
+            return None
+
+        return resolve
+
     def reset(self, sizes: list[int] | None = None) -> None:
         self.xla.reset()
         self.cuda.reset(sizes or [])
         self.slow_calls.clear()
+        self.resolve_calls.clear()
+        self.resolved = None
 
     def call(self, frame: Frame, graph: bool = True) -> int:
+        """Run the execute stage on ``frame``; State_Get answers with the frame's state (if it has one)."""
+        self.xla.state = frame.state_address
         return self.calls[graph](ctypes.addressof(frame.frame)) or 0
 
 
@@ -192,23 +264,28 @@ def fresh(env: Env) -> Env:
 
 
 class Frame:
-    """An ``XLA_FFI_CallFrame`` built by hand for a plan's buffers (with fake data pointers)."""
+    """An ``XLA_FFI_CallFrame`` built by hand for a plan's buffers (with fake data pointers).
+
+    The call's state (what its instantiate stage kept) holds ``handle``; None: the call has no state. A frame
+    of the execute stage carries no attributes (the description was read once, by the instantiate stage).
+    """
 
     def __init__(
         self,
         xla: FakeXla,
         args: list[tuple[Any, tuple[int, ...]]],
         rets: list[tuple[Any, tuple[int, ...]]],
-        handle: int,
-        session: int = TOKEN,
-        names: tuple[str, str] = ("plan", "session"),
+        handle: int | None,
+        stage: int = 3,  # execute
     ) -> None:
         self._keep: list[Any] = []
+        self.state = None if handle is None else State(handle, 7, None)
+        self.state_address = None if self.state is None else ctypes.addressof(self.state)
         f = _xla_ffi._CallFrame()
         f.struct_size = ctypes.sizeof(_xla_ffi._CallFrame)
         f.api = ctypes.addressof(xla.api)
         f.ctx = XLA_CTX
-        f.stage = 3  # execute
+        f.stage = stage
         self.arg_ptrs = [ARG_BASE + i * 0x1_0000_0000 for i in range(len(args))]
         self.ret_ptrs = [RET_BASE + j * 0x1_0000_0000 for j in range(len(rets))]
         for side, buffers, ptrs in ((f.args, args, self.arg_ptrs), (f.rets, rets, self.ret_ptrs)):
@@ -218,10 +295,7 @@ class Frame:
             items = [self._buffer(dtype, dims, ptr) for (dtype, dims), ptr in zip(buffers, ptrs, strict=True)]
             side.args = self._own((_P * max(len(items), 1))(*items))
         f.attrs.struct_size = ctypes.sizeof(_xla_ffi._Attrs)
-        f.attrs.size = 2
-        f.attrs.types = self._own((ctypes.c_int * 2)(int(_xla_ffi.AttrType.SCALAR), int(_xla_ffi.AttrType.SCALAR)))
-        f.attrs.names = self._own((_P * 2)(*[self._name(n) for n in names]))
-        f.attrs.attrs = self._own((_P * 2)(self._scalar(handle), self._scalar(session)))
+        f.attrs.size = 0
         self.frame = f
 
     def _own(self, obj: Any) -> int:
@@ -237,13 +311,6 @@ class Frame:
         b.dims = self._own((ctypes.c_int64 * max(len(dims), 1))(*dims))
         return self._own(b)
 
-    def _name(self, name: str) -> int:
-        raw = ctypes.create_string_buffer(name.encode())
-        return self._own(_xla_ffi._ByteSpan(self._own(raw), len(name)))
-
-    def _scalar(self, value: int) -> int:
-        return self._own(_xla_ffi._Scalar(int(_xla_ffi.DataType.S64), self._own(ctypes.c_int64(value))))
-
 
 # ---- plans and their CUDA executors ----
 
@@ -256,7 +323,7 @@ _w4 = jnp.linspace(0.5, 2.0, 4, dtype=jnp.float32)
 def _plan(fn: Callable[..., Any], *args: Any, adjoint: bool = False) -> tuple[int, Plan]:
     """The (handle, plan) of the kernel call ``jax.jit(fn)`` lowers to (the adjoint one if asked)."""
     text = jax.jit(fn).lower(*args).as_text()
-    found = [(h, registry.plan(h)) for h in map(int, re.findall(r"plan = (\d+)", text))]
+    found = [(h, registry.plan(h)) for h in plan_handles(text)]
     found = [(h, p) for h, p in found if p.adjoint == adjoint]
     assert len(found) == 1, found
     return found[0]
@@ -395,8 +462,10 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
     assert env.slow_calls == []
     nslices = math.prod(plan.batch_shape)
     assert (nslices > 1) == ("batched" in case)
-    # the ordinal, then the stream, each asked once of the frame's context
+    # the call's state (once: the instantiate stage's, of jarp's type), the ordinal, then the stream, each asked
+    # once of the frame's context
     assert env.xla.calls == [
+        ("State_Get", ctypes.sizeof(_xla_ffi.StateArgs), XLA_CTX),
         ("DeviceOrdinal_Get", _xla_ffi.DeviceOrdinalGetArgs.device_ordinal.offset + 4, XLA_CTX),
         ("Stream_Get", ctypes.sizeof(_xla_ffi.StreamGetArgs), XLA_CTX),
     ]
@@ -513,9 +582,8 @@ MISMATCHES = [
     "device ordinal 16",
     "device ordinal -1",
     "an ordinal with no descriptor",
-    "another session token",
-    "an attribute named otherwise",
-    "attributes in another order",
+    "no jarp state",
+    "a null state",
     "an operand of other dims",
     "an operand of another dtype",
     "a missing result",
@@ -532,9 +600,8 @@ def _mismatches(plan: Plan) -> dict[str, dict[str, Any]]:
         "device ordinal 16": {"ordinal": 16},
         "device ordinal -1": {"ordinal": -1},
         "an ordinal with no descriptor": {"ordinal": 1},
-        "another session token": {"session": TOKEN + 1},
-        "an attribute named otherwise": {"names": ("plan", "sessions")},
-        "attributes in another order": {"names": ("session", "plan")},
+        "no jarp state": {"handle": None},  # State_Get fails: the instantiate stage was not jarp's
+        "a null state": {"state": 0},  # State_Get succeeds without a state
         "an operand of other dims": {"args": longer},
         "an operand of another dtype": {"args": [(np.uint32, args[0][1]), *args[1:]]},
         "a missing result": {"rets": rets[:-1]},
@@ -559,19 +626,17 @@ def test_a_frame_the_handler_does_not_recognise_goes_to_the_slow_path(
     fresh.xla.ordinal = change.get("ordinal", 0)
     args = change.get("args", [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)])
     rets = change.get("rets", [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)])
-    frame = Frame(
-        fresh.xla,
-        args,
-        rets,
-        change.get("handle", handle),
-        session=change.get("session", TOKEN),
-        names=change.get("names", ("plan", "session")),
-    )
+    frame = Frame(fresh.xla, args, rets, change.get("handle", handle))
+    if "state" in change:
+        frame.state_address = change["state"]
     assert fresh.call(frame, graph) == SLOW
     assert fresh.slow_calls == [("CUDA", graph, ctypes.addressof(frame.frame))]
     assert fresh.cuda.launches == []
     assert fresh.cuda.memsets == []
     assert fresh.xla.errors == []
+    assert fresh.xla.state_asks == [(_xla_ffi.STAGE_INSTANTIATE, fresh.handler.state_type)]
+    # State_Get's error for a call without a state is the handler's to destroy (the Python side explains)
+    assert fresh.xla.destroyed == ([STATE_ERROR] if case == "no jarp state" else [])
 
 
 def test_the_last_device_slot_is_ordinal_15(fresh: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -586,25 +651,89 @@ def test_the_last_device_slot_is_ordinal_15(fresh: Env, monkeypatch: pytest.Monk
     assert fresh.slow_calls == []
 
 
+@pytest.mark.parametrize("stage", ["execute", "instantiate"])
 @pytest.mark.parametrize("graph", [True, False])
-def test_the_metadata_query_is_answered_with_the_command_buffer_trait_of_the_target(graph: bool, fresh: Env) -> None:
+def test_the_metadata_query_is_answered_with_the_command_buffer_trait_and_state_type(
+    graph: bool, stage: str, fresh: Env
+) -> None:
     handle, plan = PLANS["forward"]()
     frame = _frame(fresh, handle, plan)
-    # XLA_FFI_Metadata ends with a state type id that _xla_ffi does not declare: give the handler room for it
+    type_id = ctypes.c_int64.from_address(fresh.handler.state_type)
+    type_id.value = 0x7A  # the copy's XLA_FFI_TypeId, as XLA assigns it when the type is registered
     storage = (ctypes.c_uint64 * 16)(*[0xAB] * 16)
     meta = _xla_ffi._Metadata.from_buffer(storage)
-    meta.struct_size = 56
+    meta.struct_size = ctypes.sizeof(_xla_ffi._Metadata)
     ext = _xla_ffi._MetadataExtension()
     ext.base.struct_size = ctypes.sizeof(ext)
     ext.base.type = _xla_ffi.EXTENSION_METADATA
     ext.metadata = ctypes.pointer(meta)
     frame.frame.extension_start = ctypes.addressof(ext)
-    assert fresh.call(frame, graph) == 0
+    handler = fresh.calls if stage == "execute" else fresh.instantiate
+    assert (handler[graph](ctypes.addressof(frame.frame)) or 0) == 0
     assert (meta.api_version.major, meta.api_version.minor) == (0, 1)
     assert meta.traits == (_xla_ffi.COMMAND_BUFFER_COMPATIBLE if graph else 0)
+    assert meta.state_type_id == 0x7A  # jarp's calls keep a state of jarp's type
     assert fresh.slow_calls == []
+    assert fresh.resolve_calls == []
     assert fresh.xla.calls == []
     assert fresh.cuda.launches == []
+
+
+def _delete_state(handler: _native.NativeHandler, state: int) -> None:
+    """Call the deleter of jarp's state type (``jarp_state_info``), as XLA does when it destroys an executable."""
+    info = _target._TypeInfo.from_address(handler.state_info)
+    assert info.struct_size == ctypes.sizeof(_target._TypeInfo)
+    ctypes.CFUNCTYPE(None, _P)(info.deleter)(state)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_the_instantiate_stage_keeps_the_resolved_plan_as_the_calls_state(
+    graph: bool, fresh: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle, plan = PLANS["forward"]()
+    executor = _cuda_executor(plan, monkeypatch)
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    fresh.handler.take_released()  # drain what earlier tests left in the copy's queue
+    fresh.resolved = (handle, 1234)  # what jarp's Python side resolves the description to: handle and lease id
+    setup = Frame(fresh.xla, [], [], None, stage=_xla_ffi.STAGE_INSTANTIATE)
+    assert (fresh.instantiate[graph](ctypes.addressof(setup.frame)) or 0) == 0
+    assert fresh.resolve_calls == [("CUDA", graph, ctypes.addressof(setup.frame))]
+    assert fresh.slow_calls == []
+    ((stage, type_id, address),) = fresh.xla.states_set
+    assert (stage, type_id) == (_xla_ffi.STAGE_INSTANTIATE, fresh.handler.state_type)
+    state = State.from_address(address)
+    assert (state.handle, state.lease, state.next) == (handle, 1234, None)
+    # each execution reads the handle from that state and launches the published plan
+    frame = _frame(fresh, handle, plan)
+    frame.state_address = address
+    fresh.reset(_param_sizes(plan, type(executor.bounds)))
+    assert fresh.call(frame, graph) == 0
+    assert len(fresh.cuda.launches) == 1
+    assert fresh.slow_calls == []
+    # XLA destroys the executable: the deleter queues the lease, which the registry takes at its next safe point
+    assert fresh.handler.take_released() == []
+    _delete_state(fresh.handler, address)
+    assert fresh.handler.take_released() == [1234]
+    assert fresh.handler.take_released() == []
+
+
+def test_a_failed_resolve_is_the_instantiate_stages_error_and_keeps_no_state(fresh: Env) -> None:
+    fresh.handler.take_released()  # drain what earlier tests left in the copy's queue
+    setup = Frame(fresh.xla, [], [], None, stage=_xla_ffi.STAGE_INSTANTIATE)
+    assert (fresh.instantiate[True](ctypes.addressof(setup.frame)) or 0) == RESOLVE_ERROR
+    assert fresh.resolve_calls == [("CUDA", True, ctypes.addressof(setup.frame))]
+    assert fresh.xla.states_set == []
+    assert fresh.handler.take_released() == []
+
+
+def test_a_refused_state_gives_its_lease_back(fresh: Env) -> None:
+    fresh.handler.take_released()  # drain what earlier tests left in the copy's queue
+    fresh.resolved = (3, 4321)
+    fresh.xla.set_result = 0xE553_0000  # XLA_FFI_State_Set fails
+    setup = Frame(fresh.xla, [], [], None, stage=_xla_ffi.STAGE_INSTANTIATE)
+    assert (fresh.instantiate[False](ctypes.addressof(setup.frame)) or 0) == 0xE553_0000
+    assert len(fresh.xla.states_set) == 1
+    assert fresh.handler.take_released() == [4321]  # the state went to the release queue: its lease is released
 
 
 def test_a_clustered_kernel_needs_a_whole_number_of_clusters_as_in_wp_launch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -616,22 +745,28 @@ def test_a_clustered_kernel_needs_a_whole_number_of_clusters_as_in_wp_launch(mon
 def test_the_copy_under_test_is_not_the_process_handler(env: Env) -> None:
     """Loading the object under another name gives the copy its own globals: the process's handler keeps its own."""
     real = _native.handler()
-    if real is None:  # JARP_LAUNCH=python: the process registered its Python callbacks, nothing to disturb
+    if real is None:  # the handler cannot be built here: the process registered its Python callbacks
         assert _native.status().startswith("python")
         return
     assert real.address("CUDA", True) != env.handler.address("CUDA", True)
+    assert real.state_type != env.handler.state_type  # each has its own XLA_FFI_TypeId
     _target.ensure_registered()
-    assert int(_target.SESSION) != TOKEN
-    # The process's handler has its own session token, so a frame with the copy's token goes to *its*
-    # slow path: jarp's Python callback, which answers through the frame's (fake) Error_Create.
+    # The process's handler asks for the state of its own type, which a call the copy instantiated does not
+    # have: the frame goes to *its* slow path, jarp's Python callback, which asks again, refuses the call and
+    # answers through the frame's (fake) Error_Create.
     env.reset()
     handle, plan = PLANS["forward"]()
     frame = _frame(env, handle, plan)
+    env.xla.state = frame.state_address
     real_call = ctypes.CFUNCTYPE(_P, _P)(real.address("CUDA", True))
     assert (real_call(ctypes.addressof(frame.frame)) or 0) == ERROR
     assert env.slow_calls == []
     assert env.cuda.launches == []
-    assert "session token mismatch" in env.xla.errors[0][1]
+    assert env.xla.state_asks == [(_xla_ffi.STAGE_INSTANTIATE, real.state_type)] * 2  # the handler's, then Python's
+    assert env.xla.destroyed == [STATE_ERROR] * 2
+    ((code, message),) = env.xla.errors
+    assert code == int(_xla_ffi.ErrorCode.FAILED_PRECONDITION)
+    assert "this call has no jarp state" in message
     # and CPU plans still run natively in this process
     f = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0])
     np.testing.assert_allclose(f(_x9), 3 * np.asarray(_x9), rtol=1e-6)

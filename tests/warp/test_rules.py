@@ -77,13 +77,14 @@ def test_rule_returning_the_wrong_count_is_named():
 
 def _adjoint_launches(fn, *args):
     """The (kind, kernel key) of every adjoint custom call in ``fn``'s lowered program."""
-    import re
-
     from jarp.warp import list_plans
+    from tests.warp.support.lowered import plan_handles
 
     text = jax.jit(fn).lower(*args).as_text()
     plans = {p.handle: p for p in list_plans()}
-    handles = [int(h) for h in re.findall(r"plan = (\d+) : i64", text)]
+    handles = plan_handles(text)
+    assert handles, text
+    assert None not in handles, text
     return sorted((plans[h].kind, plans[h].kernel) for h in handles if plans[h].kind == "adjoint")
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import itertools
-import re
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -32,6 +31,7 @@ import jarp
 from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi._registry import registry
 from tests.warp.support import kernels_struct as ks
+from tests.warp.support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -561,9 +561,6 @@ def test_list_plans_shows_the_struct_parameter() -> None:
     assert adjoint.params[0].adjoint == "struct: arrays from results [0]"
 
 
-_CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @(\w+)\((.*?)\) \{.*?plan = (\d+) : i64")
-
-
 def test_jitted_struct_call_lowers_for_cuda() -> None:
     w, x = _wx()
 
@@ -573,7 +570,8 @@ def test_jitted_struct_call_lowers_for_cuda() -> None:
 
     lowered = jax.jit(jax.value_and_grad(f, argnums=(0, 1))).trace(jnp.asarray(w), jnp.asarray(w), jnp.asarray(x))
     text = lowered.lower(lowering_platforms=("cuda",)).as_text()
-    calls = [(target, len(operands.split(",")), int(plan)) for target, operands, plan in _CUSTOM_CALL.findall(text)]
+    calls = [(c["target"], len(c["operands"]), c["plan"]) for c in custom_calls(text)]
+    assert calls, text
     plans = [registry.plan(plan) for _, _, plan in calls]
     assert [target for target, _, _ in calls] == ["jarp_warp_call"] * len(calls)
     labels = sorted((p.target.key, p.label) for p in plans)

@@ -121,7 +121,15 @@ class _Registry:
             handle = self.handle(plan)
             local = {"process": _LOCAL, "handle": handle, "name": plan.name, "why": why}
             text = json.dumps({"abi": _describe.ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
-        self._described[text] = plan
+        with self._lock:
+            # Remember the registered instance of an equal plan, not ``plan`` itself: each trace makes a new
+            # (equal) Plan object, and ``_described`` holds its plans weakly, so a plan object that dies with
+            # its lowering would drop the entry while the registry still holds the plan under its handle
+            # (`resolve` would rebuild a plan this process has, and `lookup` would not find it).
+            handle = self._handles.get(plan)
+            if handle is not None:
+                plan = self._plans.get(handle, plan)
+            self._described[text] = plan
         return text
 
     def resolve(self, text: str) -> tuple[int, int]:

@@ -35,6 +35,7 @@ from jarp.warp import jax_kernel, list_plans
 from jarp.warp._ffi import _target
 
 from . import kernels as k
+from .lowered import custom_calls
 
 N_PROCESSES = 2
 LOCAL_DEVICES = 2
@@ -131,10 +132,13 @@ def main(port: int, process_id: int) -> dict[str, object]:
         for p in list_plans()
         if p.kernel.startswith(k.scale_sum_square.key)  # jarp's runtime-scalar variant of the kernel
     ]
+    # Each call names its plan by content (its description), the same in every process of the job.
+    calls = [c for f in (forward, value_and_grad) for c in custom_calls(f.lower(a, b, s).as_text())]
+    descriptions = sorted(c["desc"] for c in calls if c["target"].startswith("jarp_warp_call"))
     # jarp releases a plan once no executable uses it; the two jitted functions hold theirs until here.
     del forward, value_and_grad
     result.update(
-        process=jax.process_index(), session=int(_target.SESSION), launch_path=_target.launch_path(), plans=plans
+        process=jax.process_index(), descriptions=descriptions, launch_path=_target.launch_path(), plans=plans
     )
     return result
 

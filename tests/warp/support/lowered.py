@@ -26,7 +26,7 @@ def unescape(text: str) -> str:
 
 
 def custom_calls(text: str) -> list[dict[str, Any]]:
-    """Each custom call in ``text``: target, abi, desc (the text), description (parsed), handle, aliases, side effect."""
+    """Each custom call in ``text``: target, operands, abi, desc, description (parsed), plan handle, aliases, side effect."""
     calls = []
     for match in _CUSTOM_CALL.finditer(text):
         target, attrs = match.group(1), match.group(3)
@@ -40,6 +40,7 @@ def custom_calls(text: str) -> list[dict[str, Any]]:
         calls.append(
             {
                 "target": target,
+                "operands": [o for o in match.group(2).split(", ") if o],
                 "abi": None if abi is None else int(abi.group(1)),
                 "desc": decoded,
                 "description": None if decoded is None else json.loads(decoded),
@@ -51,6 +52,18 @@ def custom_calls(text: str) -> list[dict[str, Any]]:
     return calls
 
 
-def plan_handles(text: str) -> list[int]:
-    """The plan handle of each jarp call in ``text``, in order."""
-    return [c["plan"] for c in custom_calls(text) if c["target"].startswith("jarp_warp_call")]
+_JARP_TARGET = re.compile(r'(?:stablehlo\.custom_call @|custom_call_target=")jarp_warp_call\w*\b')
+
+
+def plan_handles(text: str) -> list[int | None]:
+    """The plan handle of each jarp call in ``text``, in order (None where this process has no plan for it).
+
+    ``text`` is StableHLO (``Lowered.as_text()``) or HLO (``Compiled.as_text()``, ``as_text(dialect="hlo")``):
+    either prints each custom call, with its ``desc``, on one line.
+    """
+    handles = []
+    for line in text.splitlines():
+        if _JARP_TARGET.search(line):
+            desc = _DESC.search(line)
+            handles.append(None if desc is None else registry.lookup(unescape(desc.group(1))))
+    return handles
