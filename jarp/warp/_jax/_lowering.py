@@ -43,7 +43,7 @@ def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
         why = _describe.not_describable(plan)
         if why is not None:
             raise ValueError(
-                f"jax.export: {plan.name} cannot be exported: {why}. An exported program names each call by content, "
+                f"jax.export: {plan.name} cannot be exported: {why.rstrip('.')}. An exported program names each call by content, "
                 "and the process that loads it must find the function again by its module and qualified name."
             )
     else:
