@@ -959,4 +959,4 @@ def _check_plan(plan: Plan) -> None:
                 accesses, plan.params, plan.operands, plan.results, plan.launch_dims, plan.name
             )
     except ValueError as e:
-        _invalid(f"the described launch is refused: {e}")
+        _invalid(f"the described launch is refused: {str(e).rstrip('.')}")  # `_invalid` ends the sentence
