@@ -64,8 +64,9 @@ class PlanInfo:
     """A read-only summary of one registered launch plan (see `list_plans`).
 
     Attributes:
-        handle: the plan's integer handle: the ``plan`` attribute of its
-            ``stablehlo.custom_call @jarp_warp_call`` in lowered programs.
+        handle: the plan's integer handle in this process (never reused). A lowered
+            ``stablehlo.custom_call @jarp_warp_call`` names its plan by content (its
+            ``desc`` attribute), not by handle.
         kind: ``"kernel"`` (forward launch), ``"adjoint"`` (Warp's backward kernel, for
             reverse mode), ``"callable"`` (a `jax_callable` function) or ``"callable_adjoint"``
             (the function run under a ``wp.Tape`` and played back, for reverse mode).
@@ -201,10 +202,9 @@ def list_plans() -> list[PlanInfo]:
     Every distinct Warp launch configuration that JAX has lowered (a kernel
     overload with its static arguments, launch dims, buffer shapes and batch
     layout) is one plan; re-tracing an equal call reuses it. A plan's ``handle``
-    is the integer ``plan`` attribute of its custom call in lowered programs, so
-    ``list_plans()[handle]`` finds the plan behind a call in
-    ``jax.jit(f).lower(...).as_text()``. The list is a snapshot: plans registered
-    later do not appear in it.
+    is its number in this process; a lowered call names its plan by content, in its
+    ``desc`` attribute (see the docs' "Compiled programs across processes"). The list
+    is a snapshot: plans registered later do not appear in it.
 
     Returns:
         One `PlanInfo` per plan, in handle order. ``devices`` tells where each plan

@@ -81,7 +81,10 @@ def ensure_registered() -> None:
                 key: _keep_address(_SLOW_TYPE(lambda frame, handle, k=key: _callback(frame, *k, handle)))
                 for key in keys
             }
-            resolvers = {key: _keep_address(_RESOLVE_TYPE(_resolve)) for key in keys}
+            # one resolver per target, so that an error names the target the call used
+            resolvers = {
+                key: _keep_address(_RESOLVE_TYPE(lambda frame, out, g=key[1]: _resolve(frame, out, g))) for key in keys
+            }
             native.configure(slow, resolvers)
             if _native.status() == "native":
                 # The native handler launches published plans itself and passes every other frame to `_callback`.
@@ -145,7 +148,7 @@ def _instantiate(frame: int, graph: bool) -> int | None:
         if _xla_ffi.read_ptr(frame + _FRAME_EXTENSION) and _xla_ffi.answer_metadata_query(frame, graph, _state_value()):
             return None
         out = (ctypes.c_int64 * 2)()
-        error = _resolve(frame, out)
+        error = _resolve(frame, out, graph)
         if error:
             return error
         state = _libc.malloc(24)  # the native handler's State: handle, lease id, next
@@ -161,8 +164,9 @@ def _state_value() -> int:
     return ctypes.c_int64.from_address(_state_type).value if _state_type else 0
 
 
-def _resolve(frame: int, out: Any) -> int | None:
+def _resolve(frame: int, out: Any, graph: bool = True) -> int | None:
     """The Python side of the instantiate stage: the call's plan handle and a lease id, written to ``out``."""
+    target = TARGET if graph else TARGET_NO_GRAPH
     try:
         text = read_description(frame, ABI_VERSION)
         try:
@@ -176,12 +180,12 @@ def _resolve(frame: int, out: Any) -> int | None:
             raise CallError(code, str(e)) from None
         return None
     except CallError as e:
-        return _xla_ffi.create_error(frame, e.code, f"{TARGET}: {e}")
+        return _xla_ffi.create_error(frame, e.code, f"{target}: {e}")
     except BaseException as e:
         try:
-            return _errors.ffi_error(frame, e, TARGET)
+            return _errors.ffi_error(frame, e, target)
         except BaseException:  # never let an exception escape to ctypes: XLA would read garbage as success
-            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed")
+            return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {target} failed")
 
 
 def launch_path() -> str:

@@ -185,7 +185,9 @@ def not_describable(plan: Plan) -> str | None:
     if plan.runs is Runs.KERNEL:
         reason = _kernel_not_describable(plan)
     else:
-        reason = _callable_not_describable(plan.target)
+        # A nested function reaches the plan wrapped to compare by value (`_base._ValueFunction`); judge the
+        # function itself, so that a lambda or closure is refused as one (and named by its qualified name).
+        reason = _callable_not_describable(getattr(plan.target, "__wrapped__", plan.target))
     if reason is not None:
         return reason
     for p in plan.params:
@@ -965,4 +967,4 @@ def _check_plan(plan: Plan) -> None:
                 accesses, plan.params, plan.operands, plan.results, plan.launch_dims, plan.name
             )
     except ValueError as e:
-        _invalid(f"the described launch is refused: {e}")
+        _invalid(f"the described launch is refused: {str(e).rstrip('.')}")  # `_invalid` ends the sentence
