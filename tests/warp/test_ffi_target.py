@@ -155,7 +155,7 @@ CASES = {
 # The execute stage registered alone, without jarp's instantiate stage: its frames carry no jarp state.
 native = _native.handler()
 EXECUTE_ONLY = {
-    "execute_only_python": _trampoline.trampoline(lambda frame: _target._callback(frame, "cpu", True)),
+    "execute_only_python": _trampoline.trampoline(lambda frame: _target._callback(frame, "cpu", True, -1)),
     "execute_only_native": None if native is None else native.address("cpu", True),
 }
 for name, address in EXECUTE_ONLY.items():

@@ -56,9 +56,9 @@ def python_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     original = _target._callback
 
-    def counting(frame: int, platform: str, graph: bool) -> int | None:
+    def counting(frame: int, platform: str, graph: bool, handle: int) -> int | None:
         calls.append(platform)
-        return original(frame, platform, graph)
+        return original(frame, platform, graph, handle)
 
     monkeypatch.setattr(_target, "_callback", counting)
     return calls

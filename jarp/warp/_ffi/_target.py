@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -78,12 +79,13 @@ def ensure_registered() -> None:
         if native is not None:
             # The native handler passes the frames it does not serve, with the plan handle when it read one.
             slow = {
-                key: _keep_address(_SLOW_TYPE(lambda frame, handle, k=key: _callback(frame, *k, handle)))
+                key: _keep_address(_SLOW_TYPE(_never_raises(lambda frame, handle, k=key: _callback(frame, *k, handle))))
                 for key in keys
             }
             # one resolver per target, so that an error names the target the call used
             resolvers = {
-                key: _keep_address(_RESOLVE_TYPE(lambda frame, out, g=key[1]: _resolve(frame, out, g))) for key in keys
+                key: _keep_address(_RESOLVE_TYPE(_never_raises(lambda frame, out, g=key[1]: _resolve(frame, out, g))))
+                for key in keys
             }
             native.configure(slow, resolvers)
             if _native.status() == "native":
@@ -98,8 +100,10 @@ def ensure_registered() -> None:
             type_id, type_info = _python_state_type()
             bundles = {
                 key: {
-                    "instantiate": _trampoline.trampoline(lambda frame, g=key[1]: _instantiate(frame, g)),
-                    "execute": _trampoline.trampoline(lambda frame, k=key: _callback(frame, *k, -1)),
+                    "instantiate": _trampoline.trampoline(
+                        _never_raises(lambda frame, g=key[1]: _instantiate(frame, g))
+                    ),
+                    "execute": _trampoline.trampoline(_never_raises(lambda frame, k=key: _callback(frame, *k, -1))),
                 }
                 for key in keys
             }
@@ -113,6 +117,25 @@ def ensure_registered() -> None:
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
             _trampoline.register_bundle(name, {p: bundles[(p, graph)] for p in _trampoline.PLATFORMS})
         _registered = True
+
+
+def _never_raises(entry: Callable[..., int | None]) -> Callable[..., int | None]:
+    """``entry`` as a ctypes callback may run it: an exception becomes an XLA FFI error, never a garbage result.
+
+    ctypes swallows an exception raised in a callback and returns an undefined value, which XLA would take for
+    an ``XLA_FFI_Error*``; the entries catch their own errors, and this is the last line for the rest.
+    """
+
+    def guarded(frame: int, *args: Any) -> int | None:
+        try:
+            return entry(frame, *args)
+        except BaseException:
+            try:
+                return _xla_ffi.create_error(frame, _xla_ffi.ErrorCode.INTERNAL, f"jarp: {TARGET} failed")
+            except BaseException:
+                return None
+
+    return guarded
 
 
 def _keep_address(callback: Any) -> int:
