@@ -141,21 +141,6 @@ inline Descriptor* lookup(int64_t handle, int64_t slot) {
   return __atomic_load_n(&chunk[(handle % kChunkHandles) * kDeviceSlots + slot], __ATOMIC_ACQUIRE);
 }
 
-inline bool is_name(const XLA_FFI_ByteSpan* span, const char* name, size_t len) {
-  if (span == nullptr || span->len != len) return false;
-  for (size_t i = 0; i < len; ++i)
-    if (span->ptr[i] != name[i]) return false;
-  return true;
-}
-
-inline bool read_int64(const XLA_FFI_Attrs& attrs, int64_t i, int64_t* out) {
-  if (attrs.types[i] != XLA_FFI_AttrType_SCALAR) return false;
-  const XLA_FFI_Scalar* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[i]);
-  if (scalar->dtype != XLA_FFI_DataType_S64) return false;
-  *out = *static_cast<const int64_t*>(scalar->value);
-  return true;
-}
-
 inline bool same_buffer(const XLA_FFI_Buffer* b, const BufferSpec& spec) {
   if (b->dtype != spec.dtype || b->rank != spec.rank) return false;
   for (int64_t k = 0; k < spec.rank; ++k)
