@@ -74,8 +74,12 @@ def _batch_spec(plan: Plan, operands: Sequence[Any]) -> Any:
     """With an explicit mesh, the results' sharding: their batch dims sharded as a batched operand's, the rest whole.
 
     XLA partitions a batched call along its batch dims (`_lowering.partitions`), so its results keep the batch
-    sharding of its operands; with an explicit mesh that sharding is part of their type. None without one.
+    sharding of its operands; with an explicit mesh that sharding is part of their type. None without one, and
+    None for a call with no batch dims or none sharded: its results are typed as before (a result typed replicated
+    while the operand it stands for is sharded would, for one, fail JAX's check of a custom VJP's backward types).
     """
+    if not plan.batch_shape:
+        return None
     mesh = None
     for op in operands:
         sharding = getattr(op, "sharding", None)
@@ -91,6 +95,8 @@ def _batch_spec(plan: Plan, operands: Sequence[Any]) -> Any:
             if any(s is not None for s in spec[: len(flags)]):
                 batch = spec[: len(flags)]
                 break
+    if all(s is None for s in batch):
+        return None
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*batch))
 
 
