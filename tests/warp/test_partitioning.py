@@ -22,7 +22,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.mark.parametrize("partitioner", ["gspmd", "shardy"])
 def test_sharded_batches_run_where_they_live(partitioner: str) -> None:
-    """Auto and explicit meshes: one and two batch dims, broadcast inputs, a callable, grad, an unbatched call."""
+    """Auto and explicit meshes: one and two batch dims, broadcast inputs, a callable, grad, an unbatched call; grad
+    with an operand also sharded off the batch (explicit)."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-m", "tests.warp.support.partition_script", partitioner],
@@ -34,7 +35,7 @@ def test_sharded_batches_run_where_they_live(partitioner: str) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "partition ok" in proc.stdout
-    assert proc.stdout.count(" ok") == 11, proc.stdout
+    assert proc.stdout.count(" ok") == 12, proc.stdout
 
 
 def test_a_single_device_program_lowers_as_before() -> None:

@@ -7,8 +7,8 @@ Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platf
 
 For auto and explicit meshes it checks that XLA partitions each call along its batch dims (the compiled program
 has no all-gather, the output keeps the batch sharding) and that the values equal the unsharded run's, for one
-and two batch dims, inputs broadcast across the batch (whole or over some batch dims), a callable, reverse mode,
-and that an unbatched call lowers as before. Prints one line per check and ``partition ok`` at the end.
+and two batch dims, inputs broadcast across the batch (whole or over some batch dims), a callable, reverse mode
+(also with an operand sharded off its batch dims), and that an unbatched call lowers as before. Prints one line per check and ``partition ok`` at the end.
 """
 
 import contextlib
@@ -85,4 +85,12 @@ for axis_type in (AxisType.Auto, AxisType.Explicit):
         check("two batch dims, broadcast inputs", two, (A3, C))
         check("grad", grad, (A,))
         check("unbatched", unbatched, (A,), batched=False)
+# An explicit mesh that also shards a batched operand off its batch dims: the call is partitioned along the batch
+# only, and reverse mode gives the cotangent its primal's sharding (JAX checks the backward rule's types).
+mesh2 = jax.make_mesh((2, 2), ("b", "x"), axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(mesh2):
+    out = jax.jit(grad)(jax.device_put(A, NamedSharding(mesh2, P("b", "x"))))
+np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(grad)(A)), rtol=1e-6, atol=1e-6)
+assert tuple(out.sharding.spec) == ("b", "x"), out.sharding
+print(f"{sys.argv[1]} explicit: grad, an operand also sharded off the batch ok", flush=True)
 print("partition ok", flush=True)
