@@ -14,6 +14,7 @@ of released plans (the registry's release hook).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import threading
 import weakref
@@ -31,8 +32,8 @@ from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._registry import ReleasedPlanError, registry
 
-executors: dict[tuple[int, int], _Executor] = {}
-cpu_executors: dict[int, _Executor] = {}  # the CPU hot path: keyed by handle alone
+executors: dict[tuple[int, int], _Executor | _PartitionedExecutor] = {}
+cpu_executors: dict[int, _Executor | _PartitionedExecutor] = {}  # the CPU hot path: keyed by handle alone
 _lock = threading.RLock()  # re-entrant: releasing plans drops executors
 # Held while a callable's function runs. Warp's current device (``wp.ScopedDevice``) is one for the whole process and
 # a device's current stream (``wp.ScopedStream``) one per device, not per thread: two threads running callables at
@@ -43,6 +44,7 @@ _CALLABLE_LOCK = threading.RLock()
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _memset = ctypes.memset
+_memmove = ctypes.memmove
 
 
 # The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
@@ -71,9 +73,10 @@ def _drop(handles: list[int]) -> None:
     with _lock:
         for key in [k for k in executors if k[0] in released]:
             executor = executors.pop(key)
-            entry = getattr(executor, "entry", None)
-            if entry is not None:
-                _retained.setdefault(executor.plan.target, {})[id(entry.module_exec)] = entry
+            for part in executor.by_batch.values() if isinstance(executor, _PartitionedExecutor) else (executor,):
+                entry = getattr(part, "entry", None)
+                if entry is not None:
+                    _retained.setdefault(part.plan.target, {})[id(entry.module_exec)] = entry
         for handle in released:
             cpu_executors.pop(handle, None)
         native = _native.active()
@@ -96,7 +99,7 @@ class _Unloads:
 _jax_internals.clear_with_jax(_Unloads, "jarp.warp unloads of dropped Warp code")
 
 
-def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Executor:
+def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Executor | _PartitionedExecutor:
     """The executor of ``key`` (plan handle, device ordinal), prepared on first use.
 
     ``frame`` is the call frame that asked (0: none); preparing a CUDA kernel executor loads the kernel's
@@ -108,16 +111,10 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Execut
         if executor is None:
             plan = _plan(key[0])
             device = wp.get_device("cpu") if platform == "cpu" else wp.get_cuda_device(key[1])
-            # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
-            with default_fp_env():
-                if plan.runs is Runs.CALLABLE:
-                    executor = _CallableExecutor(plan, device)
-                elif device.is_cpu:
-                    executor = _CpuKernelExecutor(plan, device)
-                else:
-                    if frame:
-                        _check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
-                    executor = _CudaKernelExecutor(plan, device)
+            if plan.partitioned:
+                executor = _PartitionedExecutor(plan, device, 0 if key[1] == -1 else 1 + key[1], key[0])
+            else:
+                executor = _build(plan, device, frame)
             executors[key] = executor
             if key[1] == -1:
                 cpu_executors[key[0]] = executor
@@ -128,6 +125,68 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Execut
                     slot = 0 if key[1] == -1 else 1 + key[1]
                     native.publish(key[0], slot, descriptor)
     return executor
+
+
+def _build(plan: Plan, device: Any, frame: int) -> _Executor:
+    """A new executor of ``plan`` on ``device`` (under `_lock` and Warp's lock: a kernel executor loads its module)."""
+    # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
+    with default_fp_env():
+        if plan.runs is Runs.CALLABLE:
+            return _CallableExecutor(plan, device)
+        if device.is_cpu:
+            return _CpuKernelExecutor(plan, device)
+        if frame:
+            _check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
+        return _CudaKernelExecutor(plan, device)
+
+
+class _PartitionedExecutor:
+    """The calls of a partitioned plan (`Plan.partitioned`): each device's call runs its part of the batch.
+
+    XLA's batch partitioner gives each device's call the leading batch dims of its own part of the batch.
+    The plan describes the whole batch; for each local batch a call passes, this executor keeps an executor of
+    the plan with that batch shape (the same launch over fewer slices), which checks every buffer of the frame
+    exactly as for any plan: the number of buffers, each one's dtype and dims, the local batch dims of the
+    batched ones (the same in every batched buffer) and the whole of each operand broadcast across the batch.
+    The local batch is read from the frame's first batched buffer and must lie within the plan's batch, dim by
+    dim; a frame whose dims are out of those bounds is checked against the whole batch, which explains it.
+    The native handler serves the first local batch it is given (the descriptor of its executor) and passes
+    any other to this one.
+    """
+
+    MAX_PARTS = 16  # local batches kept; beyond, each call of another one builds its executor anew
+
+    def __init__(self, plan: Plan, device: Any, slot: int, handle: int) -> None:
+        self.plan = plan
+        self.device = device
+        self.slot = slot
+        self.handle = handle
+        self.buffers = FrameBuffers(plan)
+        self.by_batch: dict[tuple[int, ...], _Executor] = {}
+        self.published = False
+
+    def run(self, frame: int) -> None:
+        local = self.buffers.local_batch(frame)
+        part = self.by_batch.get(local) if local is not None else None
+        if part is None:
+            part = self._part(self.plan.batch_shape if local is None else local, frame)
+        part.run(frame)
+
+    def _part(self, local: tuple[int, ...], frame: int) -> _Executor:
+        with _lock, _warp_internals.warp_lock():
+            part = self.by_batch.get(local)
+            if part is not None:
+                return part
+            part = _build(dataclasses.replace(self.plan, batch_shape=local), self.device, frame)
+            if len(self.by_batch) < self.MAX_PARTS:
+                self.by_batch[local] = part
+            native = _native.active()
+            if native is not None and not self.published and isinstance(part, _KernelExecutor):
+                descriptor = part.describe()
+                if descriptor is not None:
+                    self.published = True
+                    native.publish(self.handle, self.slot, descriptor)
+            return part
 
 
 def _check_load_during_capture(plan: Plan, device: Any, stream: int, first_run: bool) -> None:
@@ -198,6 +257,8 @@ class _Executor:
         pointers: checks a frame against the plan and returns its (operand, result) data pointers.
         nslices: the number of batch slices one call runs (1 without a batch).
         zero: ``(result index, bytes)`` of each result to zero-fill before the launches.
+        copies: ``(operand index, result index, bytes)`` of each in-out pair a partitioned call passes as two
+            buffers (XLA's partitioned call keeps no aliases): the operand is copied to the result first.
         offsets: for operands and for results, each buffer's byte offset of each batch slice.
     """
 
@@ -210,6 +271,9 @@ class _Executor:
         self.nslices = math.prod(plan.batch_shape)
         res_nbytes = tuple(b.nbytes for b in plan.results)
         self.zero = [(j, res_nbytes[j] * self.nslices) for j in plan.zero_results if res_nbytes[j]]
+        self.copies = [
+            (i, j, res_nbytes[j] * self.nslices) for i, j in plan.aliases if plan.partitioned and res_nbytes[j]
+        ]
         self.offsets = (
             _batch_offsets(plan, tuple(b.nbytes for b in plan.operands), plan.operand_batch),
             _batch_offsets(plan, res_nbytes, tuple((True,) * len(plan.batch_shape) for _ in plan.results)),
@@ -246,7 +310,7 @@ class _KernelExecutor(_Executor):
     def describe(self) -> _native.LaunchDescriptor | None:
         """This launch as a descriptor for the native handler; None if it stays on the Python path."""
         templates = [raw for _, raw, _ in self.blocks]
-        if not _native.LaunchDescriptor.fits(templates):
+        if self.copies or not _native.LaunchDescriptor.fits(templates):  # the handler copies nothing
             return None
         args, rets = (
             [(_xla_ffi.dtype_code(np.dtype(dtype)), tuple(int(n) for n in shape)) for dtype, shape in side]
@@ -301,6 +365,9 @@ class _CpuKernelExecutor(_KernelExecutor):
 
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
+        for i, j, nbytes in self.copies:
+            if ptrs[0][i] != ptrs[1][j]:
+                _memmove(ptrs[1][j], ptrs[0][i], nbytes)
         for j, nbytes in self.zero:
             _memset(ptrs[1][j], 0, nbytes)
         if self.empty:
@@ -372,6 +439,9 @@ class _CudaKernelExecutor(_KernelExecutor):
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
         stream = _xla_ffi.get_stream(frame)
+        for i, j, nbytes in self.copies:
+            if ptrs[0][i] != ptrs[1][j]:
+                _warp_internals.cuda_copy(self.device, ptrs[1][j], ptrs[0][i], nbytes, stream)
         for j, nbytes in self.zero:
             _warp_internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
         if self.empty:
@@ -446,6 +516,9 @@ class _CallableExecutor(_Executor):
         if self.device.is_cpu:
             # The function's launches without a device= go to Warp's current device: make it the CPU, as Warp's bridge does.
             scope: Any = wp.ScopedDevice(self.device)
+            for i, j, nbytes in self.copies:
+                if ops[i] != res[j]:
+                    _memmove(res[j], ops[i], nbytes)
             for j, nbytes in self.zero:
                 _memset(res[j], 0, nbytes)
         else:
@@ -455,6 +528,9 @@ class _CallableExecutor(_Executor):
                 _check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
             # ScopedStream makes the stream the device's current one and the device Warp's current device.
             scope = wp.ScopedStream(wp.Stream(self.device, cuda_stream=cuda_stream), sync_enter=False)
+            for i, j, nbytes in self.copies:
+                if ops[i] != res[j]:
+                    _warp_internals.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
             for j, nbytes in self.zero:
                 _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
         with scope:

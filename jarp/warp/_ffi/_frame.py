@@ -106,8 +106,8 @@ class FrameBuffers:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        ops = [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)]
-        res = [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)]
+        ops = [(b.dtype, plan.call_operand_shape(i)) for i, b in enumerate(plan.operands)]
+        res = [(b.dtype, plan.call_result_shape(j)) for j, b in enumerate(plan.results)]
         self.shapes = (ops, res)
         self.nops, self.nres = len(ops), len(res)
         self.pointers = self._compile()
@@ -154,6 +154,32 @@ class FrameBuffers:
         lines.append(f"    return {returns[0]}, {returns[1]}")
         exec("\n".join(lines), env)  # the source is built above from integers only
         return env["pointers"]
+
+    def local_batch(self, frame: int) -> tuple[int, ...] | None:
+        """A partitioned plan's call (`Plan.partitioned`): the leading batch dims of the frame's first batched buffer.
+
+        That is this device's part of the batch, which the plan's batch shape bounds dim by dim; None if the
+        frame has no such buffer or its dims are out of those bounds (the caller then checks the frame against
+        the whole batch, and explains). Only the dims are read here: `pointers` of the local plan checks the
+        frame in full.
+        """
+        plan = self.plan
+        k = len(plan.batch_shape)
+        nargs, args, nrets, rets = _COUNTS(MEM, frame + _FRAME_ARGS_SIZE)
+        if nrets == self.nres and self.nres:
+            where = U64(MEM, rets)[0]
+        else:
+            first = next((i for i, flags in enumerate(plan.operand_batch) if all(flags)), None)
+            if first is None or nargs != self.nops:
+                return None
+            where = U64(MEM, args + 8 * first)[0]
+        _, _, rank, dims = _BUFFER(MEM, where + _BUFFER_DTYPE)
+        if rank <= k:
+            return None
+        local = struct.unpack_from(f"<{k}q", MEM, dims)
+        if any(not 0 <= n <= m for n, m in zip(local, plan.batch_shape, strict=True)):
+            return None
+        return local
 
     def _fail(self, frame: int, side: int, index: int) -> None:
         """Raise the `CallError` for a frame whose buffer counts (``side == -1``) or buffer ``index`` mismatch."""

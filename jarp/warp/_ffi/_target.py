@@ -116,6 +116,10 @@ def ensure_registered() -> None:
             jax.ffi.register_ffi_type(STATE_TYPE, registration, platform=platform)  # type: ignore[arg-type]
         for name, graph in ((TARGET, True), (TARGET_NO_GRAPH, False)):
             _trampoline.register_bundle(name, {p: bundles[(p, graph)] for p in _trampoline.PLATFORMS})
+            # XLA partitions a call along its leading batch dims where the call says how many it has (the
+            # ``num_batch_dims`` attribute of a batched call lowered for several devices, `_jax._lowering`);
+            # a call without the attribute is partitioned as before (its operands gathered).
+            jax.ffi.register_ffi_target_as_batch_partitionable(name)
         _registered = True
 
 

@@ -93,8 +93,26 @@ def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
     n_ops, n_res = len(plan.operands), len(plan.results)
     source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.in_out_aliases}
     return tuple(
-        _reduce_varying(outs[source[i]], op) if _dtypes.is_inexact(op.dtype) else None for i, op in enumerate(operands)
+        _match_sharding(_reduce_varying(outs[source[i]], op), op) if _dtypes.is_inexact(op.dtype) else None
+        for i, op in enumerate(operands)
     )
+
+
+def _match_sharding(ct: jax.Array, primal: Any) -> jax.Array:
+    """With an explicit mesh, a cotangent resharded to its primal's sharding, which is part of its type.
+
+    A batched adjoint call is partitioned along its batch dims only (`_lowering.partitions`): its results are
+    typed with the batch sharding alone, while the primal may also be sharded along its other dims; JAX's check
+    of the backward rule's types would refuse the difference.
+    """
+    want = getattr(jax.typeof(primal), "sharding", None)
+    have = getattr(jax.typeof(ct), "sharding", None)
+    if want is None or have is None or want.mesh.empty or not want.mesh.are_all_axes_explicit:
+        return ct
+    ndim = len(jax.typeof(primal).shape)
+    if tuple(want.spec) + (None,) * (ndim - len(want.spec)) == tuple(have.spec) + (None,) * (ndim - len(have.spec)):
+        return ct
+    return jax.sharding.reshard(ct, want)
 
 
 def _varying(x: Any) -> frozenset[Any]:

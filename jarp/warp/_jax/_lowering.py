@@ -9,10 +9,13 @@ to what it is lowered into, so the plan stays registered while something can cal
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import mlir
 
 from .._ffi import _target
 from .._ffi._registry import registry
@@ -32,11 +35,108 @@ def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
     if "cuda" in platforms and plan.runs is Runs.KERNEL:  # Warp's deterministic mode: hidden CUDA parameters
         _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
     _target.ensure_registered()
+    if partitions(ctx, plan):
+        return _lower_partitioned(ctx, operands, plan)
+    return _lower_call(ctx, operands, plan)
+
+
+def partitions(ctx: Any, plan: Plan) -> bool:
+    """Whether this call is lowered for XLA's batch partitioner (see `_lower_partitioned`).
+
+    Only a batched call in a program that XLA partitions over several devices (``jax.jit`` with a
+    multi-device sharding, not ``shard_map``'s manual axes or ``pmap``): a single-device program lowers as
+    before. A call with a declared side effect stays whole (the partitioned call XLA makes does not keep it),
+    and so does one whose in-out operand is broadcast across the batch (the batching rule never makes one).
+    """
+    if not plan.batch_shape or plan.has_side_effect:
+        return False
+    if any(not all(plan.operand_batch[i]) for i, _ in plan.aliases):
+        return False
+    return _jax_internals.sharding_devices(ctx) > 1
+
+
+def _lower_partitioned(ctx: Any, operands: Any, plan: Plan) -> Any:
+    """Lower a batched call so that XLA runs each device's part of the batch where it lives.
+
+    The custom call is marked batch partitionable (``num_batch_dims``, read by the partitioner JAX registers
+    for jarp's targets; with Shardy, a sharding rule too). XLA's partitioner splits the leading
+    ``num_batch_dims`` dims of every buffer with more dims than that and replicates the others. So each
+    batched buffer gets a unit dim after the batch dims (``num_batch_dims`` is the batch rank plus one)
+    and each operand broadcast across the batch is flattened to one dim: it reaches every device whole.
+    An operand batched over some of the batch dims only is broadcast over the others first. The plan
+    that names the call says so (`Plan.partitioned`); its executor takes each device's local batch from
+    the frame and checks every buffer against it exactly. XLA's partitioned call keeps no aliases, so the
+    call declares none: the executor copies each in-out operand to its result before the launch.
+    """
+    batch = plan.batch_shape
+    k = len(batch)
+    full = (True,) * k
+    ops = []
+    for i, op in enumerate(operands):
+        flags = plan.operand_batch[i]
+        if any(flags) and not all(flags):
+            shape = plan.operands[i].shape
+            keep = [d for d, has in enumerate(flags) if has]
+            aval = ctx.avals_in[i]
+
+            def widen(x: Any, keep: list[int] = keep, shape: tuple[int, ...] = shape) -> Any:
+                dims = (*keep, *range(k, k + len(shape)))
+                return jax.lax.broadcast_in_dim(x, (*batch, *shape), dims)
+
+            op = mlir.lower_fun(widen, multiple_results=False)(
+                ctx.replace(avals_in=[aval], avals_out=[jax.core.ShapedArray((*batch, *shape), aval.dtype)]), op
+            )[0]
+        ops.append(op)
+    lowered = dataclasses.replace(
+        plan,
+        partitioned=True,
+        operand_batch=tuple(full if any(flags) else (False,) * k for flags in plan.operand_batch),
+    )
+    in_avals = [
+        jax.core.ShapedArray(plan.operand_shape(i) if not any(f) else (*batch, *b.shape), b.dtype)
+        for i, (b, f) in enumerate(zip(plan.operands, plan.operand_batch, strict=True))
+    ]
+    call_in = [jax.core.ShapedArray(lowered.call_operand_shape(i), b.dtype) for i, b in enumerate(plan.operands)]
+    call_out = [jax.core.ShapedArray(lowered.call_result_shape(j), b.dtype) for j, b in enumerate(plan.results)]
+    ops = [
+        _reshape(ctx, op, src, dst) if src.shape != dst.shape else op
+        for op, src, dst in zip(ops, in_avals, call_in, strict=True)
+    ]
+    call_ctx = ctx.replace(avals_in=call_in, avals_out=call_out)
+    extra = {"mhlo.frontend_attributes": mlir.ir_attribute({"num_batch_dims": str(k + 1)})}
+    if jax.config.jax_use_shardy_partitioner:
+        extra["sdy.sharding_rule"] = _sharding_rule(call_ctx, lowered)
+    outs = _lower_call(call_ctx, ops, lowered, extra)
+    return [_reshape(ctx, out, src, dst) for out, src, dst in zip(outs, call_out, ctx.avals_out, strict=True)]
+
+
+def _reshape(ctx: Any, value: Any, src: Any, dst: Any) -> Any:
+    return mlir.lower_fun(lambda x: jnp.reshape(x, dst.shape), multiple_results=False)(
+        ctx.replace(avals_in=[src], avals_out=[dst]), value
+    )[0]
+
+
+def _sharding_rule(ctx: Any, plan: Plan) -> Any:
+    """Shardy's rule for a partitioned call: the batch factors (and the unit dim) are shared, all else is each buffer's own."""
+    batch = [f"b{d}" for d in range(len(plan.batch_shape) + 1)]
+    counter = iter(range(1 << 30))
+
+    def mapping(aval: Any, batched: bool) -> list[str]:
+        own = len(aval.shape) - (len(batch) if batched else 0)
+        return (batch if batched else []) + [f"x{next(counter)}" for _ in range(own)]
+
+    operands = [mapping(a, all(f)) for a, f in zip(ctx.avals_in, plan.operand_batch, strict=True)]
+    results = [mapping(a, True) for a in ctx.avals_out]
+    return _jax_internals.sdy_sharding_rule(ctx, operands, results)
+
+
+def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | None = None) -> Any:
     target = _target.TARGET if plan.graph_compatible else _target.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(
         target,
-        operand_output_aliases=dict(plan.aliases) or None,
+        operand_output_aliases=None if plan.partitioned else dict(plan.aliases) or None,
         has_side_effect=plan.has_side_effect,
+        **({"extra_attributes": extra} if extra else {}),
     )
     text = registry.description(plan)
     if _jax_internals.lowering_for_export(ctx):

@@ -65,17 +65,52 @@ def _abstract_eval(*operands: Any, plan: Plan, config: CallConfig) -> Any:
                 f"jarp internal error: operand {i} of {plan.name} is {op.dtype}{list(op.shape)}, "
                 f"plan expects {plan.operands[i].dtype}{list(shape)}"
             )
-    avals = [_result_aval(plan.result_shape(j), r.dtype, operands) for j, r in enumerate(plan.results)]
+    spec = _batch_spec(plan, operands)
+    avals = [_result_aval(plan.result_shape(j), r.dtype, operands, spec) for j, r in enumerate(plan.results)]
     return avals, ({_SIDE_EFFECT} if plan.has_side_effect else frozenset())
 
 
-def _result_aval(shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any]) -> jax.core.ShapedArray:
+def _batch_spec(plan: Plan, operands: Sequence[Any]) -> Any:
+    """With an explicit mesh, the results' sharding: their batch dims sharded as a batched operand's, the rest whole.
+
+    XLA partitions a batched call along its batch dims (`_lowering.partitions`), so its results keep the batch
+    sharding of its operands; with an explicit mesh that sharding is part of their type. None without one, and
+    None for a call with no batch dims or none sharded: its results are typed as before (a result typed replicated
+    while the operand it stands for is sharded would, for one, fail JAX's check of a custom VJP's backward types).
+    """
+    if not plan.batch_shape:
+        return None
+    mesh = None
+    for op in operands:
+        sharding = getattr(op, "sharding", None)
+        if sharding is not None and not sharding.mesh.empty and sharding.mesh.are_all_axes_explicit:
+            mesh = sharding.mesh
+            break
+    if mesh is None:
+        return None
+    batch: tuple[Any, ...] = (None,) * len(plan.batch_shape)
+    for op, flags in zip(operands, plan.operand_batch, strict=True):
+        if flags and all(flags):
+            spec = tuple(op.sharding.spec) + (None,) * op.ndim
+            if any(s is not None for s in spec[: len(flags)]):
+                batch = spec[: len(flags)]
+                break
+    if all(s is None for s in batch):
+        return None
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*batch))
+
+
+def _result_aval(
+    shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any], sharding: Any = None
+) -> jax.core.ShapedArray:
     # Inside shard_map, a result varies over the manual mesh axes its operands vary over. Without
     # this JAX would take the result as invariant, insert an implicit cast, and transpose that
     # cast into a psum: gradients would come out multiplied by the number of devices. (A union, not
     # JAX's all-equal rule, because a symbolic-zero cotangent enters the adjoint as an invariant zero.)
     vma = frozenset().union(*(getattr(getattr(a, "mat", None), "varying", frozenset()) for a in operands))
     if not vma:
+        if sharding is not None:
+            return jax.core.ShapedArray(shape, dtype, sharding=sharding)
         return jax.core.ShapedArray(shape, dtype)
     return _jax_internals.varying_aval(shape, dtype, vma)
 

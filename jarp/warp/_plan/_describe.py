@@ -158,6 +158,8 @@ def describe(plan: Plan) -> str:
         "cpu_blocks": plan.cpu_blocks,
         "bounds_checked": plan.bounds_checked,
     }
+    if plan.partitioned:  # only where set: a call lowered as before describes its plan as before
+        doc["partitioned"] = True
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
@@ -421,7 +423,7 @@ def rebuild(text: str) -> Plan:
             f"the program's Warp call was described for jarp call ABI {abi}, and this jarp reads ABI {ABI_VERSION}; "
             "load the program with the jarp version that compiled it, or compile it again with this one.",
         )
-    _keys(doc, _PLAN_FIELDS, "the plan")
+    _keys(doc, _PLAN_FIELDS + (("partitioned",) if isinstance(doc, dict) and "partitioned" in doc else ()), "the plan")
     return _Reader(doc).plan()
 
 
@@ -481,9 +483,22 @@ class _Reader:
             block_dim=block_dim,
             cpu_blocks=_bool(doc["cpu_blocks"], "cpu_blocks"),
             bounds_checked=_bool(doc["bounds_checked"], "bounds_checked"),
+            partitioned=self._partitioned(batch_shape, operand_batch),
         )
         _check_plan(plan)
         return plan
+
+    def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
+        if "partitioned" not in self.doc:
+            return False
+        if self.doc["partitioned"] is not True:
+            _invalid(f"field 'partitioned' must be true where present, got {_show(self.doc['partitioned'])}")
+        if not batch_shape:
+            _invalid("field 'partitioned' needs batch dims (field 'batch_shape' is [])")
+        for i, flags in enumerate(operand_batch):
+            if any(flags) and not all(flags):
+                _invalid(f"field 'operand_batch[{i}]' of a partitioned plan must carry every batch dim or none")
+        return True
 
     def _params(
         self, runs: Runs, target: Any, operands: tuple[Buffer, ...], results: tuple[Buffer, ...]

@@ -115,6 +115,10 @@ class Plan:
             (and a new executor) instead of reusing one loaded under the old setting.
         bounds_checked: the kernel is built in Warp's debug mode (every index checked); its CPU launches
             run under jarp's guard (`jarp.warp._ffi._guard`), which turns a failed check into an error.
+        partitioned: lowered for XLA's batch partitioner (`jarp.warp._jax._lowering`): every operand carries
+            all of ``batch_shape`` or none of it, and the call's buffers have the shapes `call_operand_shape`
+            and `call_result_shape`, whose leading batch dims each device's call sees as its local part of
+            ``batch_shape`` (the executors take the slice count from the frame).
     """
 
     runs: Runs
@@ -136,6 +140,7 @@ class Plan:
     block_dim: int | None = None
     cpu_blocks: bool = False
     bounds_checked: bool = False
+    partitioned: bool = False
 
     def __post_init__(self) -> None:
         if not self.operand_batch:
@@ -160,3 +165,24 @@ class Plan:
 
     def result_shape(self, j: int) -> tuple[int, ...]:
         return self.batch_shape + self.results[j].shape
+
+    def call_operand_shape(self, i: int) -> tuple[int, ...]:
+        """The global shape of operand ``i`` in the lowered call (`operand_shape` unless `partitioned`).
+
+        A partitioned call passes a batched operand as ``(*batch_shape, 1, *shape)`` and an unbatched one
+        flattened to one dim (a scalar as it is): XLA's batch partitioner splits the leading
+        ``len(batch_shape) + 1`` dims of every buffer that has more dims than that and replicates the
+        others, so an operand broadcast across the batch reaches every device whole.
+        """
+        if not self.partitioned:
+            return self.operand_shape(i)
+        shape = self.operands[i].shape
+        if all(self.operand_batch[i]):
+            return (*self.batch_shape, 1, *shape)
+        return (math.prod(shape),) if shape else ()
+
+    def call_result_shape(self, j: int) -> tuple[int, ...]:
+        """The global shape of result ``j`` in the lowered call (`result_shape` unless `partitioned`)."""
+        if not self.partitioned:
+            return self.result_shape(j)
+        return (*self.batch_shape, 1, *self.results[j].shape)

@@ -24,6 +24,8 @@ __all__ = [
     "clear_with_jax",
     "is_custom_vjp_forward_mode_error",
     "register_effect",
+    "sdy_sharding_rule",
+    "sharding_devices",
     "varying_aval",
     "weak_cache_key_type",
 ]
@@ -74,6 +76,35 @@ def lowering_for_export(ctx: Any) -> bool:
     return bool(ctx.module_context.lowering_parameters.for_export)
 
 
+def sharding_devices(ctx: Any) -> int:
+    """How many devices XLA partitions the program a lowering rule's ``ctx`` lowers (1: none; shard_map, pmap: 1).
+
+    Only ``jax.jit``'s sharding context counts: inside ``shard_map`` (manual axes) or ``pmap`` each device runs
+    the call as written.
+    """
+    from jax._src import sharding_impls
+
+    axis_context = ctx.module_context.axis_context
+    if type(axis_context) is not sharding_impls.ShardingContext:
+        return 1
+    return int(axis_context.num_devices)
+
+
+def sdy_sharding_rule(ctx: Any, operands: list[list[str]], results: list[list[str]]) -> Any:
+    """Shardy's sharding rule attribute for a custom call: each operand's and result's dims as factor names.
+
+    Types are the call's (``ctx.avals_in``/``ctx.avals_out``, as the custom call has them).
+    """
+    from jax._src.custom_partitioning_sharding_rule import sdy_sharding_rule_to_mlir
+    from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule
+    from jax.interpreters import mlir
+
+    rule = SdyShardingRule(tuple(ArrayMapping(*m) for m in operands), tuple(ArrayMapping(*m) for m in results))
+    types_in = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_in]
+    types_out = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+    return sdy_sharding_rule_to_mlir(rule, types_in, types_out)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a JAX internal jarp relies on has changed shape."""
     for name in (
@@ -96,6 +127,18 @@ def check_internals() -> None:
     )
     assert "lowering_parameters" in {f.name for f in dataclasses.fields(mlir.ModuleContext)}, (
         "mlir.ModuleContext lost lowering_parameters (lowering_for_export)"
+    )
+
+    from jax._src import custom_partitioning_sharding_rule, sharding_impls
+
+    assert {f.name for f in dataclasses.fields(sharding_impls.ShardingContext)} >= {"num_devices"}, (
+        "jax._src.sharding_impls.ShardingContext lost num_devices (sharding_devices)"
+    )
+    assert "axis_context" in {f.name for f in dataclasses.fields(mlir.ModuleContext)}, (
+        "mlir.ModuleContext lost axis_context (sharding_devices)"
+    )
+    assert callable(custom_partitioning_sharding_rule.sdy_sharding_rule_to_mlir), (
+        "jax._src.custom_partitioning_sharding_rule.sdy_sharding_rule_to_mlir is gone (sdy_sharding_rule)"
     )
 
     @jax.custom_vjp

@@ -472,6 +472,18 @@ def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -
         )
 
 
+def cuda_copy(device: wp.context.Device, dst: int, src: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` from ``src`` to ``dst`` on ``device``, ordered on ``stream``.
+
+    Raises:
+        RuntimeError: if the copy failed, with Warp's diagnosis of the CUDA error.
+    """
+    if not runtime_core().wp_memcpy_d2d(device.context, dst, src, nbytes, ctypes.c_void_p(stream)):
+        raise RuntimeError(
+            f"Warp failed to copy {nbytes} bytes on {device}: {wp._src.context.runtime.get_error_string()}"
+        )
+
+
 def cuda_launch_failure(kernel: wp.Kernel, entry: EntryPoints, adjoint: bool) -> str:
     """How ``wp.launch``'s message for a failed launch of ``entry`` begins, for a caller that adds the CUDA error.
 
