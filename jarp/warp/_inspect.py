@@ -92,6 +92,10 @@ class PlanInfo:
         block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
             the CPU; on the CPU a request above 1 takes effect only with
             ``wp.config.enable_cpu_blocks``).
+        race_free: jarp proved that every thread of the kernel writes only its own elements (at its thread index),
+            with no atomics, tiles or printing, also in the ``@wp.func`` functions it calls: its CPU launch may be
+            split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
+            fails (it is conservative: anything it does not recognise counts as a possible race).
         target: the launched object itself: the ``wp.Kernel`` overload, or the function.
     """
 
@@ -112,6 +116,7 @@ class PlanInfo:
     graph_compatible: bool
     devices: tuple[str, ...]
     block_dim: int | None = None
+    race_free: bool = False
     target: Any = dataclasses.field(repr=False, compare=False, default=None)
 
     def __str__(self) -> str:
@@ -127,7 +132,8 @@ class PlanInfo:
             f"  results:  {buffers(self.results)}",
             f"  zero-filled results {self.zero_results}, aliases (operand, result) {self.aliases}, "
             f"runtime scalar operands {self.scalar_operands}",
-            f"  side effect {self.has_side_effect}, CUDA-graph compatible {self.graph_compatible}",
+            f"  side effect {self.has_side_effect}, CUDA-graph compatible {self.graph_compatible}, "
+            f"race-free {self.race_free}",
             *(f"  {p}" for p in self.params),
         ]
         return "\n".join(lines)
@@ -192,6 +198,7 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         graph_compatible=plan.graph_compatible,
         devices=devices,
         block_dim=plan.block_dim,
+        race_free=plan.race_free,
         target=target,
     )
 

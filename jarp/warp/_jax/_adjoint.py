@@ -72,6 +72,7 @@ def adjoint_plan(plan: Plan) -> Plan:
         operand_batch=(),
         protected=(),
         name=plan.name + " (adjoint)",
+        race_free=False,  # Warp's adjoint kernels accumulate into the input gradients with atomics
     )
 
 

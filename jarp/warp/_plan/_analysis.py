@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import textwrap
+from typing import NoReturn
 
 
 @functools.lru_cache(maxsize=1024)
@@ -313,3 +314,351 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
                 if access not in found:
                     found.append(access)
     return tuple(found)
+
+
+# -- race freedom ---------------------------------------------------------------------------------------------------
+
+# Builtins a race-free kernel may not call: Warp's CPU atomics are plain read-modify-writes, so two threads of a
+# split launch can lose an update; tiles and block_dim are cooperative (threads of a block share data); printing
+# interleaves; the rest write memory through something other than an indexed store (pointers, raw array stores,
+# views made from pointers, volume stores, in-place array updates, dense solves into output arrays).
+_RACY_CALLS = frozenset(
+    {"print", "printf", "breakpoint", "block_dim", "array", "array_store", "store", "address", "address_of"}
+    | {"view", "indexref", "untile", "func_native"}
+)
+_RACY_PREFIXES = ("atomic_", "tile", "expect_", "volume_store", "dense_", "assign")
+_RACY_SUFFIXES = ("_inplace", "_tiled")
+
+
+def racy_call(name: str) -> bool:
+    """Whether calling the builtin (or function) named ``name`` may race or cooperate across threads.
+
+    Atomics (``atomic_*``), tiles (``tile*``, ``*_tiled``, ``block_dim``), printing (``print``, ``printf``, the
+    ``expect_*`` checks, which print), and the builtins that write memory other than through ``a[i] = ...``.
+    """
+    return name in _RACY_CALLS or name.startswith(_RACY_PREFIXES) or name.endswith(_RACY_SUFFIXES)
+
+
+class _Refused(Exception):
+    """Ends the race analysis at the first construct it cannot prove safe (the message names it and its line)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def race_free_blocker(
+    source: str, arrays: tuple[tuple[str, int], ...], structs: tuple[str, ...], *, in_function: bool = False
+) -> tuple[str | None, tuple[tuple[str, int], ...]]:
+    """Why the kernel (or ``@wp.func``) in ``source`` may not be split across threads, or None if it may.
+
+    A kernel qualifies when every thread touches only its own elements of the arrays it writes: it assigns its
+    thread index once (``i = wp.tid()``, ``i, j = wp.tid()``) and never reassigns it; it calls no atomic, tile,
+    print or pointer builtin (`racy_call`) and accumulates into no array element (``a[i] += x`` compiles to an
+    atomic); it stores only into ``a[i, j]`` (or a component of it: ``a[i][k]``, ``a[i].x``) with exactly its
+    thread indices in order, and only into arrays whose dims match them; and it reads a written array only at
+    the same index (or its ``shape``), never passing it on. Arrays it does not write may be read anywhere. Conditions
+    and early returns do not matter: a thread that skips a store touches nothing another thread touches.
+
+    With ``in_function`` the source is a ``@wp.func`` a race-free kernel calls: it must write no array at all
+    (it cannot know which index is its caller's thread index) and needs no thread index.
+
+    Anything the analysis does not recognise refuses: an unparsable source, nested definitions, a store through
+    a local that may hold an array view (``row = a[i]`` of a 2-d ``a``), a call of a computed function.
+
+    Args:
+        source: the function's Python source (``_warp_internals.kernel_source``).
+        arrays: ``(path, ndim)`` of each array parameter (``"x"``) and struct array field (``"mesh.verts"``);
+            ndim -1 when unknown.
+        structs: the struct parameters (and, in a function, every parameter whose type may hold arrays).
+        in_function: whether ``source`` is a called ``@wp.func`` rather than the kernel.
+
+    Returns:
+        The reason (``"line 5: wp.atomic_add"``, lines of ``source``), or None; and, when None, the calls the
+        caller must resolve and follow: ``(dotted name, line)`` in order of appearance, without repeats.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return "the source does not parse", ()
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if fn is None:
+        return "the source defines no function", ()
+    try:
+        return None, _RaceCheck(fn, dict(arrays), frozenset(structs), in_function).run()
+    except _Refused as e:
+        return str(e), ()
+
+
+def _call_path(func: ast.expr) -> tuple[str, ...] | None:
+    if isinstance(func, ast.Name):
+        return (func.id,)
+    return attribute_path(func)
+
+
+class _RaceCheck:
+    """One run of `race_free_blocker` over a parsed function (raises `_Refused`)."""
+
+    def __init__(self, fn: ast.FunctionDef, arrays: dict[str, int], structs: frozenset[str], in_function: bool):
+        self.fn = fn
+        self.arrays = arrays
+        self.structs = structs
+        self.in_function = in_function
+        args = fn.args
+        self.params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        # the body only: annotations (``wp.array(dtype=float)``) and decorators are evaluated once, by Python
+        self.nodes = [node for stmt in fn.body for node in ast.walk(stmt)]
+        self.parents: dict[ast.AST, ast.AST] = {}
+        for node in self.nodes:
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+        self.aliases: dict[str, str] = {}  # local -> the array path it names (``b = a``)
+        self.refs: set[str] = set()  # locals that may hold an array or a struct of arrays, but not one known array
+        self.tid: tuple[str, ...] = ()
+        self.written: set[str] = set()
+
+    def refuse(self, node: ast.AST, what: str) -> NoReturn:
+        raise _Refused(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    def run(self) -> tuple[tuple[str, int], ...]:
+        calls = self._calls()
+        if not self.in_function:
+            self._thread_index()
+        self._locals()
+        for node in self.nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    self._store(target, node, accumulate=False)
+            elif isinstance(node, ast.AugAssign):
+                self._store(node.target, node, accumulate=True)
+            elif isinstance(node, ast.For) and not all(
+                isinstance(n, (ast.Name, ast.Tuple, ast.Store)) for n in ast.walk(node.target)
+            ):
+                self.refuse(node, "a loop target that is not a plain name")
+        if not self.in_function:
+            self._uses_of_written()
+        return calls
+
+    def _calls(self) -> tuple[tuple[str, int], ...]:
+        """Refuse racy and unfollowable constructs; the calls to follow."""
+        assigned = {n.id for n in self.nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        calls: list[tuple[str, int]] = []
+        for node in self.nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                self.refuse(node, "a nested function")
+            if isinstance(node, (ast.Global, ast.Nonlocal, ast.Delete, ast.NamedExpr, ast.With, ast.Try)):
+                self.refuse(node, f"a {type(node).__name__.lower()} statement or expression")
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Yield, ast.Await)):
+                self.refuse(node, "a comprehension, generator or await")
+            if isinstance(node, ast.Attribute) and node.attr == "adjoint":
+                self.refuse(node, "wp.adjoint (a function's adjoint, called by hand)")
+            if not isinstance(node, ast.Call):
+                continue
+            path = _call_path(node.func)
+            if path is None:
+                self.refuse(node, f"a call of a computed function ({ast.unparse(node.func)})")
+            name = ".".join(path)
+            if racy_call(path[-1]):
+                self.refuse(node, name)
+            if len(path) == 2 and path[1] == "dtype":
+                continue  # ``F.dtype(1.0)``: the scalar type of a value, as a constructor (generic code)
+            if path[0] in self.params or path[0] in assigned:
+                # a method of an array (``a.fill_()``) or a function held in a local: nothing to resolve
+                self.refuse(node, f"a call through the local or parameter {path[0]!r} ({name})")
+            if all(c[0] != name for c in calls):
+                calls.append((name, node.lineno))
+        return tuple(calls)
+
+    def _thread_index(self) -> None:
+        """The thread index names, assigned once at the top level of the body and never again."""
+        tid_calls = [n for n in self.nodes if isinstance(n, ast.Call) and (_call_path(n.func) or ())[-1:] == ("tid",)]
+        stmts = [s for s in self.fn.body if _tid_assignment(s) is not None]
+        if len(tid_calls) != 1 or len(stmts) != 1:
+            self.refuse(self.fn, "the thread index is not assigned exactly once, at the top level (i = wp.tid())")
+        self.tid = _tid_assignment(stmts[0]) or ()
+        if len(set(self.tid)) != len(self.tid):
+            self.refuse(stmts[0], "a thread index name repeats")
+        own = set(ast.walk(stmts[0]))
+        for node in self.nodes:
+            if (
+                isinstance(node, ast.Name)
+                and node.id in self.tid
+                and isinstance(node.ctx, ast.Store)
+                and node not in own
+            ):
+                self.refuse(node, f"the thread index {node.id!r} is reassigned")
+
+    # -- locals -------------------------------------------------------------------------------------------------
+
+    def _array_path(self, expr: ast.expr) -> str | None:
+        """The array ``expr`` names: a parameter, a struct's array field, or a local alias of one."""
+        if isinstance(expr, ast.Name):
+            if expr.id in self.aliases:
+                return self.aliases[expr.id]
+            return expr.id if expr.id in self.arrays and expr.id in self.params else None
+        path = attribute_path(expr) if isinstance(expr, ast.Attribute) else None
+        if path is not None and path[0] in self.structs and path[0] in self.params and ".".join(path) in self.arrays:
+            return ".".join(path)
+        return None
+
+    def _element(self, node: ast.Subscript, path: str) -> bool:
+        """Whether ``node`` (``a[...]`` of the array ``path``) indexes one element: as many plain indices as dims."""
+        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        ndim = self.arrays.get(path, -1)
+        return ndim == len(index) and not any(isinstance(e, (ast.Slice, ast.Starred)) for e in index)
+
+    def _may_be_ref(self, expr: ast.expr | None) -> bool:
+        """Whether ``expr`` may evaluate to an array (a view too) or a struct holding arrays, not a plain value."""
+        if expr is None:
+            return False
+        if self._array_path(expr) is not None:
+            return True
+        if isinstance(expr, ast.Name):
+            return expr.id in self.refs or (
+                expr.id in self.params and (expr.id in self.structs or expr.id in self.arrays)
+            )
+        if isinstance(expr, ast.Attribute):
+            if expr.attr == "shape":
+                return False
+            path = attribute_path(expr)
+            if path is not None and path[0] in self.params and path[0] in self.structs:
+                prefix = ".".join(path) + "."
+                # a nested struct holding arrays; in a function, any field (its layout is not known here)
+                return self.in_function or any(a.startswith(prefix) for a in self.arrays)
+            return self._may_be_ref(expr.value)
+        if isinstance(expr, ast.Subscript):
+            if not self._may_be_ref(expr.value):
+                return False  # a component of a value (``v[0]``, ``m[i, j]``, ``a.shape[0]``)
+            path = self._array_path(expr.value)
+            return path is None or not self._element(expr, path)
+        if isinstance(expr, ast.Call):
+            return any(self._may_be_ref(a) for a in (*expr.args, *(k.value for k in expr.keywords)))
+        if isinstance(expr, ast.IfExp):
+            return self._may_be_ref(expr.body) or self._may_be_ref(expr.orelse)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return any(self._may_be_ref(e) for e in expr.elts)
+        if isinstance(expr, ast.Starred):
+            return self._may_be_ref(expr.value)
+        return False  # arithmetic, comparisons, constants: values
+
+    def _locals(self) -> None:
+        """Find the locals naming an array (``b = a``) and those that may hold one some other way."""
+        bindings: list[tuple[ast.Name, ast.expr | None]] = []
+        for node in self.nodes:
+            pairs: list[tuple[ast.expr, ast.expr | None]] = []
+            if isinstance(node, ast.Assign):
+                pairs = [(t, node.value) for t in node.targets]
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                pairs = [(node.target, node.value)]
+            elif isinstance(node, ast.For):
+                pairs = [(node.target, node.iter)]
+            while pairs:
+                target, value = pairs.pop()
+                if isinstance(target, (ast.Tuple, ast.List)):
+                    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                        pairs.extend(zip(target.elts, value.elts, strict=True))
+                    else:
+                        pairs.extend((t, value) for t in target.elts)  # unpacked from one value: as the value
+                elif isinstance(target, ast.Starred):
+                    pairs.append((target.value, value))
+                elif isinstance(target, ast.Name):
+                    bindings.append((target, value))
+        for target, _ in bindings:
+            if target.id in self.params and (target.id in self.arrays or target.id in self.structs):
+                self.refuse(target, f"the array or struct parameter {target.id!r} is reassigned")
+        changed = True
+        while changed:  # to a fixed point: ``b = a`` then ``c = b``
+            changed = False
+            for target, value in bindings:
+                name = target.id
+                path = self._array_path(value) if value is not None and name not in self.refs else None
+                if path is not None and self.aliases.get(name, path) == path:
+                    changed |= name not in self.aliases
+                    self.aliases[name] = path
+                elif (path is not None or self._may_be_ref(value)) and name not in self.refs:
+                    self.refs.add(name)  # two arrays, or an array view: stores through it are refused
+                    self.aliases.pop(name, None)
+                    changed = True
+        for name in self.aliases:
+            stores = [n for n, _ in bindings if n.id == name]
+            if len(stores) != 1:
+                self.refuse(stores[1], f"the local {name!r}, which names array {self.aliases[name]!r}, is reassigned")
+
+    # -- stores and uses -------------------------------------------------------------------------------------
+
+    def _store(self, target: ast.expr, stmt: ast.stmt, *, accumulate: bool) -> None:
+        """Check one assignment target: a local, or an element (or element component) of an array."""
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._store(elt, stmt, accumulate=accumulate)
+            return
+        if isinstance(target, ast.Starred):
+            self._store(target.value, stmt, accumulate=accumulate)
+            return
+        if isinstance(target, ast.Name):
+            return  # a local (array parameters and aliases reassigned were refused in `_locals`)
+        node: ast.expr = target
+        layers: list[ast.expr] = []
+        while isinstance(node, (ast.Subscript, ast.Attribute)) and self._array_path(node) is None:
+            layers.append(node)
+            node = node.value
+        text = ast.unparse(target)
+        path = self._array_path(node)
+        if path is None:
+            if isinstance(node, ast.Name) and not self._may_be_ref(node):
+                return  # a component of a local or a value parameter, each thread's own copy (``v[0] = ...``)
+            self.refuse(stmt, f"a store into {text}, which may not be a local value")
+        if accumulate:
+            self.refuse(stmt, f"{text} {_AUG_OPS.get(type(stmt.op), '?')}= ... (Warp compiles it to an atomic)")  # type: ignore[attr-defined]
+        if self.in_function:
+            self.refuse(stmt, f"a store into array {path!r} ({text})")
+        inner = layers[-1] if layers else None
+        if not isinstance(inner, ast.Subscript):
+            self.refuse(stmt, f"a store into {text}")
+        if _index_names(inner.slice) != self.tid:
+            self.refuse(stmt, f"a store into {text}, not at the thread index {', '.join(self.tid)}")
+        if self.arrays.get(path) != len(self.tid):
+            self.refuse(stmt, f"a store into {text}: {path!r} has {self.arrays.get(path)} dims, not {len(self.tid)}")
+        self.written.add(path)
+
+    def _uses_of_written(self) -> None:
+        """Every use of a written array reads or writes its element at the thread index (or reads its shape)."""
+        prefixes = {w.rsplit(".", i)[0] for w in self.written for i in range(1, w.count(".") + 1)}
+        for node in self.nodes:
+            if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(node.ctx, ast.Store):
+                continue
+            parent = self.parents.get(node)
+            path = self._array_path(node)
+            if path is None:
+                whole = node.id if isinstance(node, ast.Name) else ".".join(attribute_path(node) or ())
+                if whole in prefixes and whole.split(".")[0] in self.params and not isinstance(parent, ast.Attribute):
+                    self.refuse(node, f"the struct {whole!r}, whose array fields are written, is used whole")
+                continue
+            if path not in self.written:
+                continue
+            if isinstance(parent, ast.Attribute) and parent.attr == "shape":
+                continue
+            if (
+                isinstance(parent, ast.Subscript)
+                and parent.value is node
+                and _index_names(parent.slice) == self.tid
+                and self._element(parent, path)
+            ):
+                continue
+            if (
+                isinstance(parent, ast.Assign)
+                and parent.value is node
+                and all(isinstance(t, ast.Name) and self.aliases.get(t.id) == path for t in parent.targets)
+            ):
+                continue  # ``b = a``: uses of ``b`` are checked as uses of ``a``
+            self.refuse(
+                node,
+                f"the written array {path!r} is used other than at the thread index ({ast.unparse(parent or node)})",
+            )
+
+
+_AUG_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Mod: "%", ast.Pow: "**"} | {
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.FloorDiv: "//",
+}

@@ -10,7 +10,7 @@ import numpy as np
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _analysis, _launch_checks
+from . import _analysis, _launch_checks, _races
 from ._binding import BoundCall
 from ._signature import Signature
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -96,6 +96,7 @@ def build_plan(
         block_dim=block_dim,
         cpu_blocks=bool(runs is Runs.KERNEL and block_dim is not None and wp.config.enable_cpu_blocks),
         bounds_checked=bounds_checked,
+        race_free=_races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked),
     )
 
 

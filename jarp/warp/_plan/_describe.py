@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -43,7 +44,7 @@ import numpy as np
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _analysis, _annotations, _dtypes, _launch_checks, _runtime_scalars
+from . import _analysis, _annotations, _dtypes, _launch_checks, _races, _runtime_scalars
 from ._arg_spec import MAX_WARP_NDIM, ArgSpec
 from ._signature import param_spec
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -486,7 +487,11 @@ class _Reader:
             partitioned=self._partitioned(batch_shape, operand_batch),
         )
         _check_plan(plan)
-        return plan
+        # derived, not described: recomputed from the target found here, as `build_plan` computed it
+        race_free = _races.plan_race_free(
+            runs, adjoint, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked
+        )
+        return dataclasses.replace(plan, race_free=race_free)
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
         if "partitioned" not in self.doc:

@@ -119,6 +119,10 @@ class Plan:
             all of ``batch_shape`` or none of it, and the call's buffers have the shapes `call_operand_shape`
             and `call_result_shape`, whose leading batch dims each device's call sees as its local part of
             ``batch_shape`` (the executors take the slice count from the frame).
+        race_free: the kernel provably writes only at its own thread index, with no atomics, tiles or printing
+            (`_races.race_blocker`), and runs forward with one thread per block, unchecked: its CPU launch may be
+            split into index ranges run concurrently. Derived from the rest (never described; a rebuilt plan
+            recomputes it); False for callables and adjoints, whose kernels accumulate with atomics.
     """
 
     runs: Runs
@@ -141,6 +145,7 @@ class Plan:
     cpu_blocks: bool = False
     bounds_checked: bool = False
     partitioned: bool = False
+    race_free: bool = False
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

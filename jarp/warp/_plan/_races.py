@@ -1,0 +1,149 @@
+"""Race freedom of a kernel: whether its CPU launch may be split into index ranges run concurrently.
+
+A Warp CPU launch runs its threads one after another. Split into index ranges on several cores, it computes the
+same result only when no two threads touch the same memory with one of them writing. `_analysis.race_free_blocker`
+proves that of one function's source (every write at the thread's own index, no atomics, tiles or printing); this
+module follows the functions the kernel calls, resolving each name as Warp does (closure, globals, the ``warp``
+module, Python's builtins), into every ``@wp.func`` body, which must write no array at all. A builtin is checked by
+its name (`_analysis.racy_call`); anything that cannot be resolved or read refuses.
+"""
+
+from __future__ import annotations
+
+import builtins
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import warp as wp
+
+from .._upstream import _warp_internals
+from . import _analysis
+from ._arg_spec import ArgSpec
+from ._struct_layout import _is_value_type
+from ._values import Runs
+
+_MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
+_MISSING = object()
+
+
+def plan_race_free(
+    runs: Runs, adjoint: bool, target: Any, params: Sequence[ArgSpec], block_dim: int | None, bounds_checked: bool
+) -> bool:
+    """`Plan.race_free` of a plan with these fields (`_builder.build_plan`; `_describe` for a rebuilt plan).
+
+    Only a forward kernel launch qualifies: an adjoint accumulates with atomics, a block dim above 1 may run
+    cooperative tiles, and a bounds-checked build runs under jarp's guard, which reports the first failed check
+    of the launch (one thread at a time).
+    """
+    if runs is not Runs.KERNEL or adjoint or block_dim not in (None, 1) or bounds_checked:
+        return False
+    return race_blocker(target, params) is None
+
+
+def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> str | None:
+    """Why ``kernel``'s threads may touch each other's memory, or None when its launch may be split.
+
+    Args:
+        kernel: the kernel overload (or runtime-scalar variant) a plan launches.
+        params: its parameters' specs (a signature's, or a plan's params' ``spec``): the arrays, struct array
+            fields and their dims.
+
+    Returns:
+        A short reason naming the construct and its line (``"line 5: wp.atomic_add"``; a called function's
+        reason follows the call's), or None.
+    """
+    arrays: list[tuple[str, int]] = []
+    structs: list[str] = []
+    for spec in params:
+        if spec.is_struct:
+            structs.append(spec.name)
+            arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
+        elif spec.is_array:
+            arrays.append((spec.name, spec.warp_ndim))
+    reason, calls = _analysis.race_free_blocker(_warp_internals.kernel_source(kernel), tuple(arrays), tuple(structs))
+    return reason or _calls_blocker(kernel.func, calls, 0)
+
+
+def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
+    for name, line in calls:
+        head, *rest = name.split(".")
+        obj = _resolve(func, head)
+        for attr in rest:
+            obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
+        reason = _callee_blocker(obj, name, func, depth)
+        if reason is not None:
+            return f"line {line}: {name}: {reason}"
+    return None
+
+
+def _resolve(func: Any, name: str) -> Any:
+    """``name`` as Warp resolves the root of a called path: closure, globals, the ``warp`` module, builtins."""
+    code = getattr(func, "__code__", None)
+    closure = getattr(func, "__closure__", None) or ()
+    if code is not None and name in code.co_freevars:
+        try:
+            return closure[code.co_freevars.index(name)].cell_contents
+        except (ValueError, IndexError):
+            return _MISSING  # an empty cell
+    scope = getattr(func, "__globals__", {})
+    if name in scope:
+        return scope[name]
+    if hasattr(wp, name):
+        return getattr(wp, name)
+    return getattr(builtins, name, _MISSING)
+
+
+def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
+    """Why calling ``obj`` (resolved from the dotted ``name``) may race, or None."""
+    if isinstance(obj, wp.Function):
+        if obj.is_builtin():
+            return f"the builtin {obj.key}" if _analysis.racy_call(obj.key) else None
+        return _function_blocker(obj, depth)
+    if obj is _MISSING:
+        # ``wp.tid``, ``wp.dot`` spelled through the module: Warp looks the last name up among its builtins
+        # (and fails to build if it is none), so the name alone decides; any other missing name cannot be read.
+        head = _resolve(caller, name.split(".", 1)[0]) if "." in name else _MISSING
+        return None if head is wp else "not found"
+    if _analysis.racy_call(getattr(obj, "__name__", None) or ""):
+        return "a racy builtin under another name"
+    if obj is wp.static:
+        return None
+    if isinstance(obj, type) or _warp_internals.is_struct_type(obj):
+        return None  # a constructor: scalar, vector, matrix, struct (value types), range
+    if isinstance(obj, types.BuiltinFunctionType) and getattr(obj, "__module__", None) == "builtins":
+        return None  # min, max, abs, len...: Warp calls its builtin of the same name
+    if callable(obj) and (getattr(obj, "__module__", None) or "").split(".")[0] == "warp":
+        return None  # ``wp.types.vector(...)``: Warp calls its builtin named ``last`` (checked above) or fails to build
+    return f"not a Warp function ({type(obj).__name__})"
+
+
+def _function_blocker(fn: Any, depth: int) -> str | None:
+    """Why a user ``@wp.func`` (each of its overloads) may write memory or race, or None."""
+    if getattr(fn, "native_snippet", None) is not None:
+        return "a native snippet (wp.func_native), which jarp cannot read"
+    if depth >= _MAX_DEPTH:
+        return "functions nested too deep to follow"
+    overloads = [fn, *getattr(fn, "user_overloads", {}).values()]
+    for overload in dict.fromkeys(overloads):
+        if getattr(overload, "adj", None) is None:
+            return "a function without Python source"
+        arrays: list[tuple[str, int]] = []
+        others: list[str] = []
+        for label, warp_type in _warp_internals.kernel_params(overload):
+            if wp.types.is_array(warp_type):
+                arrays.append((label, warp_type.ndim))
+            elif not _is_value(warp_type):
+                others.append(label)  # a struct, Any or another type that may hold arrays: stores into it refused
+        reason, calls = _analysis.race_free_blocker(
+            _warp_internals.kernel_source(overload), tuple(arrays), tuple(others), in_function=True
+        )
+        reason = reason or _calls_blocker(overload.func, calls, depth + 1)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _is_value(warp_type: Any) -> bool:
+    """A scalar, vector, matrix, quaternion or transform: passed by value, holding no array."""
+    return warp_type in (int, float, bool) or _is_value_type(warp_type)
