@@ -1,11 +1,30 @@
-"""Kernel source analysis: the zero-fill elision proves overwrites conservatively; writes to struct fields are found."""
+"""Kernel source analysis: the zero-fill elision proves overwrites conservatively; writes to struct fields are found;
+race freedom (may a CPU launch be split across threads) is proved for the kernel and the functions it calls, and
+recorded in the plan (`Plan.race_free`, `PlanInfo.race_free`)."""
 
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+import warp as wp
 
+from jarp.warp import jax_kernel
+from jarp.warp._ffi._registry import registry
+from jarp.warp._inspect import PlanInfo, list_plans
 from jarp.warp._plan import _analysis
 from jarp.warp._plan._analysis import overwritten_outputs
+from jarp.warp._plan._describe import describe, rebuild
+from jarp.warp._plan._races import race_blocker
+from jarp.warp._plan._signature import make_signature
+from jarp.warp._upstream import _warp_internals
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels_fem as kf
+from tests.warp.support import kernels_races as kr
+from tests.warp.support.lowered import plan_handles
 
 
 def _src(body: str) -> str:
@@ -53,3 +72,288 @@ def test_overwritten_outputs(source, outputs, expected):
 def test_written_struct_fields(body, written):
     source = f"def k(s: S, out: wp.array(dtype=float)):\n    i = wp.tid()\n    {body}\n"
     assert _analysis.written_struct_fields(source, ("s",)) == written
+
+
+# ======================================================================================================================
+# Race freedom: may a kernel's CPU launch be split into index ranges run concurrently?
+# ======================================================================================================================
+
+_ARRAYS_1D = (("x", 1), ("idx", 1), ("out", 1))
+
+
+def _check_reason(reason: str | None, blocker: str | None) -> None:
+    if blocker is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert reason.startswith(blocker), reason
+
+
+def _kernel(body: str, params: str = "x, idx, n, out") -> str:
+    lines = textwrap.dedent(body).strip().splitlines()
+    return f"@wp.kernel\ndef k({params}):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("body", "arrays", "blocker"),
+    [
+        # elementwise, through an alias, in place at the thread's own element, reading unwritten arrays anywhere
+        ("i = wp.tid()\nout[i] = x[i] * 2.0", _ARRAYS_1D, None),
+        ("i = wp.tid()\nb = out\nb[i] = x[i]", _ARRAYS_1D, None),
+        ("i = wp.tid()\nout[i] = out[i] * 2.0", _ARRAYS_1D, None),
+        ("i = wp.tid()\nout[i] = x[idx[i]] + x[0]", _ARRAYS_1D, None),
+        ("i = wp.tid()\nout[i] = float(out.shape[0])", _ARRAYS_1D, None),
+        ("i, j = wp.tid()\nout[i, j] = x[j, i]", (("x", 2), ("out", 2)), None),
+        # a component of the thread's own element; a local vector's component
+        ("i = wp.tid()\nout[i][0] = x[i]\nout[i].y = out[i][0]", _ARRAYS_1D, None),
+        ("i = wp.tid()\nv = wp.vec3()\nv[0] = x[i]\nout[i] = v[0]", _ARRAYS_1D, None),
+        # conditions, early returns and loops over unwritten data do not matter
+        ("i = wp.tid()\nif i >= n:\n    return\nout[i] = x[i]", _ARRAYS_1D, None),
+        ("i = wp.tid()\nacc = float(0.0)\nfor k in range(n):\n    acc += x[k]\nout[i] = acc", _ARRAYS_1D, None),
+        # another thread's element
+        ("i, j = wp.tid()\nout[j, i] = x[i, j]", (("x", 2), ("out", 2)), "line 4: a store into out[j, i], not at"),
+        ("i = wp.tid()\nout[idx[i]] = x[i]", _ARRAYS_1D, "line 4: a store into out[idx[i]], not at"),
+        ("i = wp.tid()\nout[i] = 1.0\nout[0] = 2.0", _ARRAYS_1D, "line 5: a store into out[0], not at"),
+        ("i = wp.tid()\nb = out\nb[i + 1] = x[i]", _ARRAYS_1D, "line 5: a store into b[i + 1], not at"),
+        ("i = wp.tid()\nout[i] = out[i + 1]", _ARRAYS_1D, "line 4: the written array 'out' is used other than"),
+        ("i = wp.tid()\nout[i] = x[i]\ny = out[idx[i]]", _ARRAYS_1D, "line 5: the written array 'out' is used other"),
+        # a store or read at the thread index that is a view (a row of a 2-d array) touches other threads' elements
+        ("i = wp.tid()\nout[i] = x[i]", (("x", 1), ("out", 2)), "line 4: a store into out[i]: 'out' has 2 dims, not 1"),
+        ("i = wp.tid()\nout[i][0] = x[i]", (("x", 1), ("out", 2)), "line 4: a store into out[i][0]: 'out' has 2"),
+        ("i = wp.tid()\nrow = x[i]\nrow[0] = 1.0", (("x", 2), ("out", 1)), "line 5: a store into row[0], which may"),
+        ("i, j = wp.tid()\nout[i, j] = out[i][j]", (("x", 2), ("out", 2)), "line 4: the written array 'out' is used"),
+        # the written array handed on
+        ("i = wp.tid()\nout[i] = helper(out, i)", _ARRAYS_1D, "line 4: the written array 'out' is used other"),
+        ("i = wp.tid()\nout[i] = float(len(out))", _ARRAYS_1D, "line 4: the written array 'out' is used other"),
+        # atomics, accumulation into an element, tiles, printing
+        ("i = wp.tid()\nwp.atomic_add(out, 0, x[i])", _ARRAYS_1D, "line 4: wp.atomic_add"),
+        ("i = wp.tid()\nwp.atomic_max(x, 0, 1.0)\nout[i] = 1.0", _ARRAYS_1D, "line 4: wp.atomic_max"),
+        ("i = wp.tid()\nout[i] += x[i]", _ARRAYS_1D, "line 4: out[i] += ... (Warp compiles it to an atomic)"),
+        ("i = wp.tid()\nout[i][0] -= x[i]", _ARRAYS_1D, "line 4: out[i][0] -= ..."),
+        ("i = wp.tid()\nt = wp.tile_load(x, shape=8)\nout[i] = t[0]", _ARRAYS_1D, "line 4: wp.tile_load"),
+        ("i = wp.tid()\nout[i] = float(wp.block_dim())", _ARRAYS_1D, "line 4: wp.block_dim"),
+        ("i = wp.tid()\nprint(x[i])\nout[i] = x[i]", _ARRAYS_1D, "line 4: print"),
+        ("i = wp.tid()\nwp.printf('%d', i)\nout[i] = x[i]", _ARRAYS_1D, "line 4: wp.printf"),
+        ("i = wp.tid()\nwp.expect_eq(i, 0)\nout[i] = x[i]", _ARRAYS_1D, "line 4: wp.expect_eq"),
+        ("i = wp.tid()\nwp.array_store(out, i, 1.0)", _ARRAYS_1D, "line 4: wp.array_store"),
+        ("i = wp.tid()\nout[i] = wp.adjoint[x][i]", _ARRAYS_1D, "line 4: wp.adjoint"),
+        # the thread index: once, never reassigned
+        ("i = wp.tid()\ni = 0\nout[i] = x[i]", _ARRAYS_1D, "line 4: the thread index 'i' is reassigned"),
+        ("i = wp.tid()\nfor i in range(n):\n    out[0] = x[i]", _ARRAYS_1D, "line 4: the thread index 'i' is"),
+        ("out[0] = x[0]", _ARRAYS_1D, "line 2: the thread index is not assigned exactly once"),
+        ("i = wp.tid()\nj = wp.tid()\nout[i] = x[j]", _ARRAYS_1D, "line 2: the thread index is not assigned exactly"),
+        # what the analysis cannot follow
+        ("i = wp.tid()\nout = x\nout[i] = 1.0", _ARRAYS_1D, "line 4: the array or struct parameter 'out' is"),
+        ("i = wp.tid()\nb = out\nb = x\nb[i] = 1.0", _ARRAYS_1D, "line 6: a store into b[i], which may not"),
+        ("i = wp.tid()\nout[i] = wp.static(helper)(x[i])", _ARRAYS_1D, "line 4: a call of a computed function"),
+        ("i = wp.tid()\nout[i] = x.grad_of(i)", _ARRAYS_1D, "line 4: a call through the local or parameter 'x'"),
+        ("not python (", _ARRAYS_1D, "the source does not parse"),
+    ],
+)
+def test_race_free_blocker(body: str, arrays: tuple, blocker: str | None) -> None:
+    reason, calls = _analysis.race_free_blocker(_kernel(body), arrays, ())
+    if blocker is None:
+        assert reason is None
+        assert calls[0] == ("wp.tid", 3)
+    else:
+        assert reason is not None
+        assert reason.startswith(blocker), reason
+        assert calls == ()
+
+
+def test_race_free_blocker_hands_back_the_calls_to_follow() -> None:
+    body = "i = wp.tid()\nv = helper(x, i)\nout[i] = wp.sin(v) + helper(x, 0) + F.dtype(1.0)"
+    reason, calls = _analysis.race_free_blocker(_kernel(body, "x, F, out"), (("x", 1), ("out", 1)), ())
+    assert reason is None
+    assert calls == (("wp.tid", 3), ("helper", 4), ("wp.sin", 5))  # no repeats; ``F.dtype(...)`` is a constructor
+
+
+@pytest.mark.parametrize(
+    ("body", "blocker"),
+    [
+        ("s.a[i] = s.b[i] * s.k", None),
+        ("s.inner.c[i] = s.a[i]", None),
+        ("s.a[i] = s.b[i]\nout[i] = s.a[i] + s.b[0]", None),
+        ("s.a[i] = 1.0\nout[i] = s.a[0]", "line 5: the written array 's.a' is used other than"),
+        ("s.a[i] = 1.0\nout[i] = helper(s)", "line 5: the struct 's', whose array fields are written, is used whole"),
+        ("s.inner.c[i] = 1.0\nt = s.inner", "line 5: the struct 's.inner', whose array fields are written"),
+        ("wp.atomic_add(s.a, i, 1.0)", "line 4: wp.atomic_add"),
+        ("s.a[i] -= 1.0", "line 4: s.a[i] -= ..."),
+        ("s.k = 1.0", "line 4: a store into s.k, which may not be a local value"),
+        ("t = s.a\nt[i] = 1.0", None),
+    ],
+)
+def test_race_free_blocker_struct_fields(body: str, blocker: str | None) -> None:
+    source = _kernel(f"i = wp.tid()\n{body}\nout[i] = 0.0", "s, out")
+    arrays = (("s.a", 1), ("s.b", 1), ("s.inner.c", 1), ("out", 1))
+    reason, _ = _analysis.race_free_blocker(source, arrays, ("s",))
+    if blocker is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert reason.startswith(blocker), reason
+
+
+@pytest.mark.parametrize(
+    ("body", "blocker"),
+    [
+        ("return a[i] * a[0] + squared(v[0])", None),
+        ("w = v\nw[0] = 1.0\nreturn w", None),
+        ("a[i] = 1.0\nreturn 0.0", "line 3: a store into array 'a' (a[i])"),
+        ("b = a\nb[0] = 1.0\nreturn 0.0", "line 4: a store into array 'a' (b[0])"),
+        ("s.f[0] = 1.0\nreturn 0.0", "line 3: a store into s.f[0], which may not be a local value"),
+        ("wp.atomic_add(a, 0, 1.0)\nreturn 0.0", "line 3: wp.atomic_add"),
+    ],
+)
+def test_race_free_blocker_in_a_called_function(body: str, blocker: str | None) -> None:
+    # a called function cannot know its caller's thread index: it may write no array at all (and needs no tid)
+    lines = "".join(f"    {line}\n" for line in body.splitlines())
+    source = f"@wp.func\ndef f(a: wp.array(dtype=float), s: Any, v: wp.vec3, i: int):\n{lines}"
+    reason, _ = _analysis.race_free_blocker(source, (("a", 1),), ("s",), in_function=True)
+    if blocker is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert reason.startswith(blocker), reason
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("atomic_add", "atomic_cas", "tile_load", "tile", "untile", "mesh_query_aabb_tiled", "print", "printf"),
+        *("expect_near", "block_dim", "array_store", "address", "add_inplace", "volume_store_f", "dense_solve"),
+    ],
+)
+def test_racy_calls(name: str) -> None:
+    assert _analysis.racy_call(name)
+
+
+@pytest.mark.parametrize("name", ["sin", "dot", "length", "vec3", "rand_init", "randf", "lower_bound", "min", "tid"])
+def test_harmless_calls(name: str) -> None:
+    assert not _analysis.racy_call(name)
+
+
+# -- whole kernels: the called functions followed -----------------------------------------------------------------------
+
+
+def _blocker(kernel: wp.Kernel) -> str | None:
+    sig = make_signature(_warp_internals.kernel_params(kernel), 1, (), what="test")
+    return race_blocker(kernel, sig.params)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "blocker"),
+    [
+        (kr.elementwise, None),
+        (kr.guarded, None),
+        # a function that reads arrays anywhere and stores into a local vector writes nothing another thread reads
+        (kr.with_pure_helper, None),
+        (kr.struct_store, None),
+        (kr.with_writing_helper, "line 4: store_into: line 3: a store into array 'values' (values[i])"),
+        (kr.with_nested_writer, "line 4: calls_a_writer: line 3: store_into: line 3: a store into array 'values'"),
+        # the helper's atomic is on an array the kernel itself never writes
+        (kr.with_counting_helper, "line 5: count_into: line 3: wp.atomic_add"),
+        (kr.with_printing_helper, "line 4: shout: line 3: wp.printf"),
+        (kr.with_renamed_atomic, "line 4: accumulate: the builtin atomic_add"),
+        (kr.struct_atomic, "line 4: wp.atomic_add"),
+        # generic FEM kernels in liblaf/apple's style: per-element energies scattered with atomics, or stored
+        (kr.FEM_OVERLOADS["fun_kernel"], "line 12: wp.atomic_add"),
+        (kr.FEM_OVERLOADS["grad_kernel"], "line 15: wp.atomic_add"),
+        (kr.FEM_OVERLOADS["cell_energy_kernel"], None),
+    ],
+    ids=lambda v: getattr(v, "key", None) if isinstance(v, wp.Kernel) else None,
+)
+def test_race_blocker_follows_called_functions(kernel: wp.Kernel, blocker: str | None) -> None:
+    _check_reason(_blocker(kernel), blocker)
+
+
+def test_race_blocker_refuses_what_it_cannot_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _blocker(kr.with_pure_helper) is None
+    monkeypatch.delitem(kr.with_pure_helper.func.__globals__, "local_vector")
+    assert _blocker(kr.with_pure_helper) == "line 4: local_vector: not found"
+
+
+# -- the plan: Plan.race_free -------------------------------------------------------------------------------------------
+
+
+def _infos(f: Callable[..., Any], *args: Any) -> list[PlanInfo]:
+    """The plans of the jarp calls in ``jit(f)``'s lowering, in program order (as `tests/warp/test_inspect.py`)."""
+    handles = plan_handles(jax.jit(f).trace(*args).lower().as_text())
+    infos = {i.handle: i for i in list_plans()}
+    return [infos[h] for h in handles]
+
+
+_NO_PRELOAD = {"module_preload_mode": wp.JaxModulePreloadMode.NONE}  # plans only: nothing is built or launched
+X = jnp.arange(5.0, dtype=jnp.float32)
+
+
+def test_elementwise_plan_is_race_free_and_rebuilds_so() -> None:
+    (info,) = _infos(lambda x: jax_kernel(k.triple_kernel, **_NO_PRELOAD)(x)[0], X)
+    assert info.race_free is True
+    assert "race-free True" in str(info)
+    plan = registry.plan(info.handle)
+    assert plan.race_free is True
+    again = rebuild(describe(plan))
+    assert again.race_free is True
+    assert again == plan
+    assert "race_free" not in describe(plan)  # derived, never described
+
+
+def test_adjoint_plans_are_not_race_free() -> None:
+    m = jax_kernel(k.scale_sum_square, enable_backward=True, **_NO_PRELOAD)
+    forward, adjoint = _infos(jax.value_and_grad(lambda a, b: jnp.sum(m(a, b, 2.0)[0]), argnums=(0, 1)), X, X)
+    assert (forward.kind, forward.race_free) == ("kernel", True)
+    assert (adjoint.kind, adjoint.race_free) == ("adjoint", False)  # Warp's adjoints accumulate with atomics
+    assert rebuild(describe(registry.plan(adjoint.handle))).race_free is False
+
+
+def test_atomic_kernel_plan_is_not_race_free() -> None:
+    hist = jax_kernel(k.scatter_add_kernel, output_dims=k.N_BINS, **_NO_PRELOAD)
+    (info,) = _infos(lambda i, w: hist(i, w)[0], jnp.asarray(k.BINS), jnp.asarray(k.BIN_WEIGHTS))
+    assert info.race_free is False
+    assert "race-free False" in str(info)
+
+
+@pytest.mark.parametrize(
+    ("options", "race_free"),
+    [
+        ({}, True),
+        ({"block_dim": 1}, True),
+        ({"block_dim": 4}, False),  # may run cooperative tiles
+        ({"bounds_check": True}, False),  # runs under jarp's guard, which reports the launch's first failed check
+    ],
+)
+def test_launch_options_that_keep_a_launch_whole(options: dict[str, Any], race_free: bool) -> None:
+    (info,) = _infos(lambda x: jax_kernel(k.triple_kernel, **options, **_NO_PRELOAD)(x)[0], X)
+    assert info.race_free is race_free
+
+
+def test_runtime_scalar_variants_and_batches_stay_race_free() -> None:
+    scale = jax_kernel(k.scale_kernel, **_NO_PRELOAD)
+    (info,) = _infos(lambda a, s: scale(a, s)[0], X, jnp.float32(2.5))  # reads s from a one-element array
+    assert info.scalar_operands == (1,)
+    assert info.race_free is True
+    (batched,) = _infos(jax.vmap(lambda a: scale(a, 2.5)[0]), jnp.ones((3, 5), jnp.float32))
+    assert batched.batch_shape == (3,)
+    assert batched.race_free is True
+
+
+def _fem_args() -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array]]:
+    rng = np.random.default_rng(0)
+    region = {
+        "cells": jnp.asarray([[0, 1, 2, 3], [1, 2, 3, 4]], jnp.int32),
+        "dhdX": jnp.asarray(rng.standard_normal((2, 1, 4, 3)), jnp.float32),
+        "dV": jnp.ones((2, 1), jnp.float32),
+    }
+    materials = {"mu": jnp.ones(2, jnp.float32), "lmbda": jnp.ones(2, jnp.float32)}
+    return jnp.zeros((5, 3), jnp.float32), region, materials
+
+
+def test_fem_energy_plans() -> None:
+    u, region, materials = _fem_args()
+    scattered = jax_kernel(kf.fun_kernel, arg_types_factory=kf.fun_arg_types, **_NO_PRELOAD)
+    (info,) = _infos(lambda u, r, m: scattered(u, r, m, launch_dims=(2, 1), output_dims=1)[0], u, region, materials)
+    assert info.race_free is False  # wp.atomic_add(output, 0, e) on every thread
+    stored = jax_kernel(kr.cell_energy_kernel, arg_types_factory=kr.cell_energy_arg_types, **_NO_PRELOAD)
+    (info,) = _infos(lambda u, r, m: stored(u, r, m, launch_dims=(2, 1), output_dims=(2, 1))[0], u, region, materials)
+    assert info.race_free is True

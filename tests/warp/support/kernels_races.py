@@ -1,0 +1,172 @@
+"""Kernels and ``@wp.func`` helpers for the race-freedom proof (`jarp/warp/_plan/_races.py`; not collected by pytest).
+
+Each kernel is written so that exactly one construct decides whether its threads may run concurrently. None of them
+is launched by the tests that use this module (plans are only built and lowered), so its Warp module is never built.
+The FEM kernels at the end follow the generic, struct-based style of ``kernels_fem.py`` (liblaf/apple's energies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+from warp import atomic_add as accumulate  # an atomic under another name: only its resolution gives it away
+
+from tests.warp.support import kernels_fem as kf
+
+
+@wp.struct
+class Fields:
+    a: wp.array(dtype=float)
+    b: wp.array(dtype=float)
+    k: float
+
+
+# -- helpers --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def squared(x: float):
+    return x * x
+
+
+@wp.func
+def weighted(values: wp.array(dtype=float), i: int, w: float):
+    """Reads an array it is passed, at any index: writes nothing."""
+    return squared(values[i]) * w + values[0]
+
+
+@wp.func
+def store_into(values: wp.array(dtype=float), i: int, v: float):
+    values[i] = v
+    return v
+
+
+@wp.func
+def count_into(counter: wp.array(dtype=int)):
+    wp.atomic_add(counter, 0, 1)
+    return 0
+
+
+@wp.func
+def calls_a_writer(values: wp.array(dtype=float), i: int):
+    return store_into(values, i, 1.0)
+
+
+@wp.func
+def local_vector(x: float):
+    v = wp.vec3()
+    v[0] = x
+    v[1] = squared(x)
+    return v
+
+
+@wp.func
+def shout(x: float):
+    wp.printf("%f\n", x)
+    return x
+
+
+# -- kernels --------------------------------------------------------------------------------------------------------
+
+
+@wp.kernel
+def elementwise(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * 2.0
+
+
+@wp.kernel
+def with_pure_helper(x: wp.array(dtype=float), out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = local_vector(weighted(x, i, 0.5))
+
+
+@wp.kernel
+def with_writing_helper(x: wp.array(dtype=float), scratch: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = store_into(scratch, i, x[i])
+
+
+@wp.kernel
+def with_nested_writer(x: wp.array(dtype=float), scratch: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = calls_a_writer(scratch, i) + x[i]
+
+
+@wp.kernel
+def with_counting_helper(x: wp.array(dtype=float), counter: wp.array(dtype=int), out: wp.array(dtype=float)):
+    # the kernel never writes ``counter`` itself: the helper's atomic is what races
+    i = wp.tid()
+    out[i] = x[i] + float(count_into(counter))
+
+
+@wp.kernel
+def with_printing_helper(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = shout(x[i])
+
+
+@wp.kernel
+def with_renamed_atomic(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    accumulate(out, 0, x[i])
+
+
+@wp.kernel
+def struct_store(s: Fields, out: wp.array(dtype=float)):
+    i = wp.tid()
+    s.a[i] = s.b[i] * s.k
+    out[i] = s.a[i]
+
+
+@wp.kernel
+def struct_atomic(s: Fields, out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(s.a, 0, s.b[i])
+    out[i] = s.b[i]
+
+
+@wp.kernel
+def guarded(x: wp.array(dtype=float), n: int, out: wp.array(dtype=float)):
+    i = wp.tid()
+    if i >= n:
+        return
+    out[i] = wp.sin(x[i])
+
+
+# -- FEM, in the style of liblaf/apple (generic over the float type; structs of arrays) -------------------------------
+
+floating = Any
+vec3 = Any
+
+
+@wp.kernel
+def cell_energy_kernel(
+    u: wp.array1d(dtype=vec3),  # (points,)
+    region: Any,
+    materials: Any,
+    output: wp.array2d(dtype=floating),  # (cells, quadrature)
+):
+    """Per (cell, quadrature point) energy, stored at the thread's own element: no scatter."""
+    cid, qid = wp.tid()
+    cell = region.cells[cid]
+    dhdX = region.dhdX[cid, qid]
+    F = kf.deformation_gradient(kf.get_cell_points(u, cell), dhdX)
+    output[cid, qid] = kf.energy_density(F, materials, cid) * region.dV[cid, qid]
+
+
+def cell_energy_arg_types(u: Any, region: Any, materials: Any) -> list[Any]:
+    return [
+        wp.array1d(dtype=wp.types.vector(3, u)),
+        kf.RegionStruct[region],
+        kf.MaterialsStruct[materials],
+        wp.array2d(dtype=u),
+    ]
+
+
+FEM_OVERLOADS = {
+    "fun_kernel": wp.overload(kf.fun_kernel, kf.fun_arg_types(wp.float32, wp.float32, wp.float32)),
+    "grad_kernel": wp.overload(kf.grad_kernel, kf.grad_arg_types(wp.float32, wp.float32, wp.float32)),
+    "cell_energy_kernel": wp.overload(cell_energy_kernel, cell_energy_arg_types(wp.float32, wp.float32, wp.float32)),
+}
