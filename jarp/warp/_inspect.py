@@ -92,9 +92,9 @@ class PlanInfo:
         block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
             the CPU; on the CPU a request above 1 takes effect only with
             ``wp.config.enable_cpu_blocks``).
-        race_free: jarp proved that every thread of the kernel writes only its own elements (at its thread index),
-            with no atomics, tiles or printing, also in the ``@wp.func`` functions it calls: its CPU launch may be
-            split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
+        race_free: jarp proved that every thread of the kernel writes only its own elements (at its thread index;
+            the ``@wp.func`` functions it calls write no array), with no atomics, tiles or printing: its CPU launch
+            may be split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
             fails (it is conservative: anything it does not recognise counts as a possible race).
         target: the launched object itself: the ``wp.Kernel`` overload, or the function.
     """

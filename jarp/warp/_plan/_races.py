@@ -68,9 +68,12 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> str | None:
 def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
     for name, line in calls:
         head, *rest = name.split(".")
-        obj = _resolve(func, head)
-        for attr in rest:
-            obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
+        try:
+            obj = _resolve(func, head)
+            for attr in rest:
+                obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
+        except Exception:  # a user object's attribute that raises: the proof fails, never the trace
+            obj = _MISSING
         reason = _callee_blocker(obj, name, func, depth)
         if reason is not None:
             return f"line {line}: {name}: {reason}"
