@@ -25,6 +25,8 @@ from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
 from ._export import export_checks as export_checks
+from ._ffi._threads import cpu_threads as cpu_threads
+from ._ffi._threads import set_cpu_threads as set_cpu_threads
 from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
 from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
@@ -58,6 +60,7 @@ __all__ = [
     "PlanInfo",
     "check_cuda_launches",
     "compile_aot",
+    "cpu_threads",
     "energy",
     "export_checks",
     "jax_callable",
@@ -65,6 +68,7 @@ __all__ = [
     "kernel_source",
     "list_plans",
     "register_ffi_callback",
+    "set_cpu_threads",
     "struct",
     "to_warp",
     "types",

@@ -330,7 +330,13 @@ class _KernelExecutor(_Executor):
             cuda=self._cuda_launch(),
             failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
             keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
+            tasks=math.prod(self.plan.launch_dims),
+            **self._threading(),
         )
+
+    def _threading(self) -> dict[str, Any]:
+        """How the native handler may spread this launch over CPU threads (nothing, unless a CPU executor says)."""
+        return {}
 
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
         return None
@@ -395,6 +401,11 @@ class _CpuKernelExecutor(_KernelExecutor):
         # Cooperative blocks record errors the Python path reports after each launch; bounds-checked launches run
         # under the guard, which the Python path calls.
         return None if self.cooperative or self.plan.bounds_checked else super().describe()
+
+    def _threading(self) -> dict[str, Any]:
+        # Batch slices write disjoint memory (every result carries every batch dim); they may run at once unless
+        # the kernel keeps state in its module (tiles) or prints. Index ranges need the race proof too.
+        return {"concurrent": not self.plan.shares_cpu_state}
 
     def _guarded(self, bounds: int, *blocks: Any) -> None:
         entry = self.entry.backward if self.adjoint else self.entry.forward

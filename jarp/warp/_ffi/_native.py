@@ -36,6 +36,7 @@ import jaxlib
 import warp as wp
 
 from .._upstream import _warp_internals, _xla_ffi
+from . import _threads
 
 __all__ = ["ENV", "LaunchDescriptor", "NativeHandler", "handler", "status"]
 
@@ -124,6 +125,9 @@ class Descriptor(ctypes.Structure):
         ("nparams", _I64),
         ("params", _P),
         ("failure", _P),
+        ("concurrent", _I64),
+        ("range_entry", _P),
+        ("tasks", _I64),
     )
 
 
@@ -140,6 +144,8 @@ def _expected_layout() -> dict[str, int]:
         "Descriptor.entry": Descriptor.entry.offset,
         "Descriptor.params": Descriptor.params.offset,
         "Descriptor.failure": Descriptor.failure.offset,
+        "Descriptor.concurrent": Descriptor.concurrent.offset,
+        "Descriptor.tasks": Descriptor.tasks.offset,
         "sizeof(BufferSpec)": ctypes.sizeof(BufferSpec),
         "sizeof(PointerSlot)": ctypes.sizeof(PointerSlot),
         "sizeof(ZeroFill)": ctypes.sizeof(ZeroFill),
@@ -190,6 +196,11 @@ class LaunchDescriptor:
         failure: how the message of a failed CUDA launch or memset begins; the handler adds what failed and
             Warp's diagnosis of the CUDA error (``wp_get_error_string``).
         keep: objects the raw addresses point into (entry points, bounds).
+        concurrent: (CPU) the batch slices write disjoint memory and share no state, so the handler may run
+            them concurrently on XLA's thread pool.
+        range_entry: (CPU) jarp's ranged forward entry point of a provably race-free kernel (0: none), with which
+            the handler may also split each launch into index ranges run concurrently.
+        tasks: the launch's thread count (the size of its launch bounds).
     """
 
     def __init__(
@@ -207,6 +218,9 @@ class LaunchDescriptor:
         cuda: tuple[int, int, int, int, int, int, Sequence[tuple[int, int]]] | None = None,
         failure: str = "jarp: the native launch failed",
         keep: Any = None,
+        concurrent: bool = False,
+        range_entry: int = 0,
+        tasks: int = 0,
     ) -> None:
         self._keep: list[Any] = [keep]
         d = Descriptor()
@@ -236,6 +250,7 @@ class LaunchDescriptor:
             table = (KernelParam * max(len(params), 1))(*[KernelParam(b, o) for b, o in params])
             d.nparams, d.params = len(params), self._own(table)
         d.failure = self._own(ctypes.create_string_buffer(failure.encode("utf-8", "replace")))
+        d.concurrent, d.range_entry, d.tasks = int(concurrent), range_entry or None, tasks
         self.descriptor = d
         self.address = ctypes.addressof(d)
 
@@ -279,6 +294,8 @@ class NativeHandler:
             "jarp_layout_size",
             "jarp_begin_exit",
             "jarp_python_calls",
+            "jarp_set_threads",
+            "jarp_pool_stats",
         ):
             self._symbols[name] = lookup(name)
         missing = [name for name, address in self._symbols.items() if not address]
@@ -292,6 +309,8 @@ class NativeHandler:
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
         self._python_calls = ctypes.CFUNCTYPE(_I64)(self._symbols["jarp_python_calls"])
+        self._set_threads = ctypes.CFUNCTYPE(None, _I64, _I64, _I64)(self._symbols["jarp_set_threads"])
+        self._pool_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(_I64))(self._symbols["jarp_pool_stats"])
         self._lock = threading.Lock()
         self._chunks: dict[int, Any] = {}
         self._published: dict[tuple[int, int], LaunchDescriptor] = {}
@@ -397,6 +416,16 @@ class NativeHandler:
         self._callbacks = ((_P * 4)(*[slow[k] for k in _ORDER]), (_P * 4)(*[resolve[k] for k in _ORDER]))
         self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string)
 
+    def set_threads(self, max_threads: int, min_tasks: int, min_range: int) -> None:
+        """Set the CPU thread cap (0: XLA's pool size) and the thresholds of pool dispatch (see `_threads`)."""
+        self._set_threads(max_threads, min_tasks, min_range)
+
+    def pool_stats(self) -> tuple[int, int]:
+        """``(calls run on XLA's pool, work items they ran)`` since the handler was loaded (tests, inspection)."""
+        out = (_I64 * 2)()
+        self._pool_stats(out)
+        return out[0], out[1]
+
     def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
         """Publish the descriptor of (``handle``, device ``slot``); False if the table cannot hold it."""
         if not 0 <= handle < self.CHUNK_HANDLES * self.MAX_CHUNKS or not 0 <= slot < self.DEVICE_SLOTS:
@@ -463,7 +492,10 @@ def _build(name: str | None = None) -> NativeHandler:
     key = _cache_key(source)
     obj = cached_object("jarp_native", key, source, str(_SOURCE), _SHIM_HEADERS, [jax.ffi.include_dir()])
     lookup = _warp_internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
-    return NativeHandler(lookup, obj)
+    native = NativeHandler(lookup, obj)
+    if name is None:  # the process's handler (not a test's private copy) follows jarp's thread setting
+        _threads.attach(native.set_threads)
+    return native
 
 
 def cached_object(

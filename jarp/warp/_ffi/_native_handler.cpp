@@ -86,6 +86,10 @@ struct Descriptor {
   int64_t nparams;
   const KernelParam* params;
   const char* failure;  // how a failed CUDA launch or memset begins its message (Warp's diagnosis follows)
+  // CPU threads (see run_on_pool): 0 for CUDA and for launches that must stay on the calling thread
+  int64_t concurrent;   // 1: the batch slices write disjoint memory and share no state, so may run concurrently
+  void* range_entry;    // jarp's ranged forward entry (a provably race-free kernel), or null: never split a launch
+  int64_t tasks;        // the launch's thread count (the launch bounds' size)
 };
 
 // ---- the table ----
@@ -103,6 +107,8 @@ typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
 typedef const char* (*ErrorString)();
 typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
+typedef void (*CpuRange)(const void*, void*, size_t, size_t);
+extern "C" int sched_yield(void);
 
 SlowPath g_slow[4];  // [platform * 2 + graph]
 Resolve g_resolve[4];  // [platform * 2 + graph]: the instantiate stage's Python side
@@ -115,6 +121,17 @@ ErrorString g_error_string;  // Warp's wp_get_error_string: why its last CUDA ca
 // it forever when it is destroyed: the process hangs at exit.
 int64_t g_exiting;
 int64_t g_in_python;
+
+// CPU threads (jarp_set_threads): the most threads one call uses (0: as many as XLA's pool has; 1: the calling
+// thread only, jarp's behaviour before it used the pool), the fewest tasks (launch threads times batch slices) a
+// call must have before it goes to the pool at all (below, the pool's dispatch would cost more than it saves:
+// small launches keep their marginal cost), and the fewest tasks in one index range of a split launch.
+int64_t g_max_threads = 0;
+int64_t g_min_tasks = 1 << 15;
+int64_t g_min_range = 1 << 13;
+// Counters for tests and inspection: calls run as several work items on the pool, and work items run in all.
+int64_t g_pool_calls;
+int64_t g_pool_items;
 
 // ---- the per-executable state: a plan handle and the lease that keeps it registered ----
 
@@ -211,6 +228,175 @@ XLA_FFI_Error* python(XLA_FFI_CallFrame* frame, F call) {
 
 XLA_FFI_Error* python(SlowPath slow, XLA_FFI_CallFrame* frame, int64_t handle = -1) {
   return python(frame, [&] { return slow(frame, handle); });
+}
+
+
+// ---- CPU threads: batch slices and index ranges on XLA's intra-op pool ----
+
+// The floating-point control state of the calling thread (XLA runs its CPU computations with subnormals flushed),
+// which every helper thread takes on for the work items it runs, so a split launch rounds exactly as one thread.
+struct FpState {
+#if defined(__x86_64__)
+  unsigned int mxcsr;
+  static FpState get() { return {__builtin_ia32_stmxcsr()}; }
+  void set() const { __builtin_ia32_ldmxcsr(mxcsr); }
+#elif defined(__aarch64__)
+  unsigned long fpcr;
+  static FpState get() { return {__builtin_aarch64_get_fpcr64()}; }
+  void set() const { __builtin_aarch64_set_fpcr64(fpcr); }
+#else
+  static FpState get() { return {}; }
+  void set() const {}
+#endif
+};
+
+// One call's work: `nitems` items (batch slice s, index range c of `nranges`), claimed one at a time by the calling
+// thread and the helpers it scheduled. XLA may run a scheduled task late (after the call returned), on the calling
+// thread, or never concurrently, so the calling thread claims items too and waits only for the items already
+// claimed; the job lives on the heap until its last user (the caller or a late helper) lets go of it.
+struct Work {
+  const Descriptor* d;
+  void** args;
+  void** rets;
+  int64_t nitems;
+  int64_t nranges;
+  int64_t range;  // tasks per index range (the last one takes the rest)
+  FpState fp;
+  int64_t next;   // the next unclaimed item
+  int64_t done;   // items finished
+  int64_t users;  // the caller and the helpers not yet finished with this object
+};
+
+__attribute__((noinline)) void run_item(const Work* w, int64_t item) {
+  const Descriptor* d = w->d;
+  int64_t s = item / w->nranges;
+  int64_t c = item % w->nranges;
+  uint64_t* blocks[2] = {nullptr, nullptr};
+  for (int64_t b = 0; b < d->nblocks; ++b) {
+    blocks[b] = static_cast<uint64_t*>(__builtin_alloca(static_cast<size_t>(d->block_bytes[b])));
+    memcpy(blocks[b], d->templates[b], static_cast<size_t>(d->block_bytes[b]));
+  }
+  for (int64_t k = 0; k < d->nslots; ++k) {
+    const PointerSlot& p = d->slots[k];
+    void* const* side = p.source == 0 ? w->args : w->rets;
+    blocks[p.block][p.word] = reinterpret_cast<uint64_t>(side[p.index]) + static_cast<uint64_t>(p.offsets[s]);
+  }
+  if (w->nranges > 1) {
+    size_t begin = static_cast<size_t>(c * w->range);
+    size_t end = c + 1 == w->nranges ? static_cast<size_t>(d->tasks) : begin + static_cast<size_t>(w->range);
+    reinterpret_cast<CpuRange>(d->range_entry)(d->bounds, blocks[0], begin, end);
+  } else if (d->nblocks == 1) {
+    reinterpret_cast<CpuForward>(d->entry)(d->bounds, blocks[0]);
+  } else {
+    reinterpret_cast<CpuBackward>(d->entry)(d->bounds, blocks[0], blocks[1]);
+  }
+}
+
+void claim_items(Work* w) {
+  for (;;) {
+    int64_t item = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+    if (item >= w->nitems) return;
+    run_item(w, item);
+    __atomic_fetch_add(&w->done, 1, __ATOMIC_RELEASE);
+  }
+}
+
+void let_go(Work* w) {
+  if (__atomic_sub_fetch(&w->users, 1, __ATOMIC_ACQ_REL) == 0) free(w);
+}
+
+void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads, without the GIL
+  Work* w = static_cast<Work*>(data);
+  if (__atomic_load_n(&w->next, __ATOMIC_RELAXED) < w->nitems) {
+    FpState saved = FpState::get();
+    w->fp.set();
+    claim_items(w);
+    saved.set();
+  }
+  let_go(w);
+}
+
+// How many threads a CPU call may use: 1 unless it may run concurrently and is large enough to be worth it.
+int64_t pool_threads(XLA_FFI_CallFrame* frame, const Descriptor* d) {
+  if (!d->concurrent || d->tasks * d->nslices < g_min_tasks) return 1;
+  int64_t cap = __atomic_load_n(&g_max_threads, __ATOMIC_RELAXED);
+  if (cap == 1) return 1;
+  XLA_FFI_ThreadPool_NumThreads_Args args;
+  args.struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = frame->ctx;
+  int64_t n = 0;
+  args.num_threads = &n;
+  XLA_FFI_Error* err = frame->api->XLA_FFI_ThreadPool_NumThreads(&args);
+  if (err != nullptr) {  // no pool for this call: one thread
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = err;
+    frame->api->XLA_FFI_Error_Destroy(&destroy);
+    return 1;
+  }
+  if (cap > 0 && n > cap) n = cap;
+  return n < 1 ? 1 : n;
+}
+
+// Run a CPU launch's slices (and, for a race-free kernel, index ranges of each) on `threads` threads: the calling
+// one and up to threads - 1 helpers on XLA's pool. Returns false (nothing run) if it could not allocate.
+bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, void** rets, int64_t threads) {
+  int64_t nranges = 1;
+  int64_t range = d->tasks;
+  if (d->range_entry != nullptr && d->tasks >= 2 * g_min_range) {
+    // About four items per thread in all (for balance), no range below g_min_range tasks.
+    int64_t want = (4 * threads + d->nslices - 1) / d->nslices;
+    int64_t most = d->tasks / g_min_range;
+    nranges = want < most ? want : most;
+    if (nranges < 1) nranges = 1;
+    range = d->tasks / nranges;
+  }
+  int64_t nitems = d->nslices * nranges;
+  if (nitems < 2) return false;
+  size_t nptrs = static_cast<size_t>(d->nargs + d->nrets);
+  Work* w = static_cast<Work*>(malloc(sizeof(Work) + sizeof(void*) * (nptrs + 1)));
+  if (w == nullptr) return false;
+  void** copy = reinterpret_cast<void**>(w + 1);
+  memcpy(copy, args, sizeof(void*) * static_cast<size_t>(d->nargs));
+  memcpy(copy + d->nargs, rets, sizeof(void*) * static_cast<size_t>(d->nrets));
+  w->d = d;
+  w->args = copy;
+  w->rets = copy + d->nargs;
+  w->nitems = nitems;
+  w->nranges = nranges;
+  w->range = range;
+  w->fp = FpState::get();
+  w->next = 0;
+  w->done = 0;
+  int64_t helpers = (threads < nitems ? threads : nitems) - 1;
+  w->users = 1 + helpers;
+  __atomic_fetch_add(&g_pool_calls, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&g_pool_items, nitems, __ATOMIC_RELAXED);
+  for (int64_t h = 0; h < helpers; ++h) {
+    XLA_FFI_ThreadPool_Schedule_Args sched;
+    sched.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
+    sched.extension_start = nullptr;
+    sched.ctx = frame->ctx;
+    sched.task = helper_task;
+    sched.data = w;
+    XLA_FFI_Error* err = frame->api->XLA_FFI_ThreadPool_Schedule(&sched);
+    if (err != nullptr) {  // no more helpers: the ones not scheduled let go, the caller does the rest
+      XLA_FFI_Error_Destroy_Args destroy;
+      destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+      destroy.extension_start = nullptr;
+      destroy.error = err;
+      frame->api->XLA_FFI_Error_Destroy(&destroy);
+      __atomic_sub_fetch(&w->users, helpers - h, __ATOMIC_ACQ_REL);
+      break;
+    }
+  }
+  claim_items(w);
+  // Every item is claimed; wait for the ones helpers are still running (their results are this call's).
+  while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < nitems) sched_yield();
+  let_go(w);
+  return true;
 }
 
 // The instantiate stage (once per loaded executable): resolve the call's description to a plan handle and a
@@ -317,6 +503,10 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     }
   }
   if (!d->launch) return nullptr;
+  if (!kCuda) {
+    int64_t threads = pool_threads(frame, d);
+    if (threads > 1 && run_on_pool(frame, d, ptrs[0], ptrs[1], threads)) return nullptr;
+  }
 
   // Each call fills its own copy of the argument blocks, so threads launch concurrently.
   uint64_t* blocks[2] = {nullptr, nullptr};
@@ -407,6 +597,20 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
   g_error_string = reinterpret_cast<ErrorString>(error_string);
 }
 
+// Cap jarp's CPU threads per call (0: XLA's pool size; 1: the calling thread only) and set the thresholds below
+// which a call stays on the calling thread (tasks in all) and a launch is not split (tasks per index range).
+void jarp_set_threads(int64_t max_threads, int64_t min_tasks, int64_t min_range) {
+  __atomic_store_n(&g_max_threads, max_threads, __ATOMIC_RELAXED);
+  g_min_tasks = min_tasks;
+  g_min_range = min_range < 1 ? 1 : min_range;
+}
+
+// The counters of calls run on the pool and of the work items they ran (both since the handler was loaded).
+void jarp_pool_stats(int64_t* out) {
+  out[0] = __atomic_load_n(&g_pool_calls, __ATOMIC_RELAXED);
+  out[1] = __atomic_load_n(&g_pool_items, __ATOMIC_RELAXED);
+}
+
 // Interpreter exit: refuse the Python callback from now on; the number of calls still inside it.
 void jarp_begin_exit(void) { __atomic_store_n(&g_exiting, 1, __ATOMIC_SEQ_CST); }
 int64_t jarp_python_calls(void) { return __atomic_load_n(&g_in_python, __ATOMIC_SEQ_CST); }
@@ -440,6 +644,8 @@ extern const int64_t jarp_layout[] = {
     static_cast<int64_t>(__builtin_offsetof(Descriptor, entry)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, params)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, failure)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, concurrent)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, tasks)),
     static_cast<int64_t>(sizeof(BufferSpec)),
     static_cast<int64_t>(sizeof(PointerSlot)),
     static_cast<int64_t>(sizeof(ZeroFill)),

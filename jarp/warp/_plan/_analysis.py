@@ -339,6 +339,42 @@ def racy_call(name: str) -> bool:
     return name in _RACY_CALLS or name.startswith(_RACY_PREFIXES) or name.endswith(_RACY_SUFFIXES)
 
 
+_SHARING_CALLS = frozenset({"print", "printf", "breakpoint", "block_dim", "untile", "func_native"})
+_SHARING_PREFIXES = ("tile", "expect_")
+
+
+def sharing_call(name: str) -> bool:
+    """Whether calling the builtin (or function) named ``name`` makes concurrent launches of a kernel share state.
+
+    Tiles (``tile*``, ``*_tiled``, ``block_dim``): Warp's CPU code keeps their scratch storage in one global of the
+    module, which two launches at once would share. Printing (``print``, ``printf``, the ``expect_*`` checks): the
+    output of concurrent launches would interleave. Atomics and stores are not listed: each launch of a batch
+    slice writes only its own slice's buffers.
+    """
+    name = name.rsplit(".", 1)[-1]
+    return name in _SHARING_CALLS or name.startswith(_SHARING_PREFIXES) or name.endswith("_tiled")
+
+
+@functools.lru_cache(maxsize=1024)
+def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
+    """Every call in ``source``: ``(dotted name, line)``, the name None for a computed callee (``wp.static(f)(x)``).
+
+    Returns:
+        The calls in order of appearance; None for a source that does not parse.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return None
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            path = attribute_path(node.func) if isinstance(node.func, ast.Attribute) else None
+            name = node.func.id if isinstance(node.func, ast.Name) else ".".join(path) if path else None
+            calls.append((name, node.lineno))
+    return tuple(calls)
+
+
 class _Refused(Exception):
     """Ends the race analysis at the first construct it cannot prove safe (the message names it and its line)."""
 

@@ -79,6 +79,7 @@ def build_plan(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
         )
         _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
+    race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked)
     return Plan(
         runs=runs,
         adjoint=False,
@@ -96,7 +97,8 @@ def build_plan(
         block_dim=block_dim,
         cpu_blocks=bool(runs is Runs.KERNEL and block_dim is not None and wp.config.enable_cpu_blocks),
         bounds_checked=bounds_checked,
-        race_free=_races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked),
+        race_free=race_free,
+        shares_cpu_state=_races.plan_shares_cpu_state(runs, target, block_dim, bounds_checked, race_free),
     )
 
 

@@ -487,11 +487,14 @@ class _Reader:
             partitioned=self._partitioned(batch_shape, operand_batch),
         )
         _check_plan(plan)
-        # derived, not described: recomputed from the target found here, as `build_plan` computed it
-        race_free = _races.plan_race_free(
-            runs, adjoint, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked
+        # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
+        # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
+        forward_race_free = _races.plan_race_free(
+            runs, False, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked
         )
-        return dataclasses.replace(plan, race_free=race_free)
+        race_free = forward_race_free and not adjoint
+        shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward_race_free)
+        return dataclasses.replace(plan, race_free=race_free, shares_cpu_state=shares)
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
         if "partitioned" not in self.doc:

@@ -65,6 +65,63 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> str | None:
     return reason or _calls_blocker(kernel.func, calls, 0)
 
 
+def plan_shares_cpu_state(
+    runs: Runs, target: Any, block_dim: int | None, bounds_checked: bool, race_free: bool
+) -> bool:
+    """`Plan.shares_cpu_state` of a plan with these fields (`_builder.build_plan`; `_describe` for a rebuilt plan).
+
+    Only a kernel with one thread per block, unchecked, may run several launches at once (cooperative blocks and
+    bounds-checked builds run on jarp's Python path, one launch at a time); a race-free one uses no tiles and
+    prints nothing, so it qualifies without another look.
+    """
+    if runs is not Runs.KERNEL or block_dim not in (None, 1) or bounds_checked:
+        return True
+    return not race_free and sharing_blocker(target) is not None
+
+
+def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
+    """Why two launches of ``kernel`` (or ``@wp.func``) at once would share state, or None.
+
+    They would when it, or a function it calls, uses tiles or prints (`_analysis.sharing_call`), calls a native
+    snippet, or cannot be read (no source, a computed callee, functions nested too deep). Atomics and stores
+    anywhere are fine: each launch of a batch slice writes its own slice's buffers.
+
+    Returns:
+        A short reason naming the construct and its line, or None.
+    """
+    if getattr(kernel, "native_snippet", None) is not None:
+        return "a native snippet (wp.func_native), which jarp cannot read"
+    if depth >= _MAX_DEPTH:
+        return "functions nested too deep to follow"
+    calls = _analysis.called_names(_warp_internals.kernel_source(kernel))
+    if calls is None:
+        return "source jarp cannot read"
+    for name, line in calls:
+        if name is None:
+            return f"line {line}: a computed callee"
+        if _analysis.sharing_call(name):
+            return f"line {line}: {name}"
+        head, *rest = name.split(".")
+        try:
+            obj = _resolve(kernel.func, head)
+            for attr in rest:
+                obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
+        except Exception:  # a user object's attribute that raises: the proof fails, never the trace
+            return f"line {line}: {name}: not readable"
+        if isinstance(obj, wp.Function):
+            if obj.is_builtin():
+                if _analysis.sharing_call(obj.key):
+                    return f"line {line}: {name}: the builtin {obj.key}"
+                continue
+            for overload in dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]):
+                reason = sharing_blocker(overload, depth + 1) if getattr(overload, "adj", None) else "no source"
+                if reason is not None:
+                    return f"line {line}: {name}: {reason}"
+        elif _analysis.sharing_call(getattr(obj, "__name__", None) or ""):
+            return f"line {line}: {name}: a builtin that shares state under another name"
+    return None
+
+
 def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
     for name, line in calls:
         head, *rest = name.split(".")

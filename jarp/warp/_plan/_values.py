@@ -123,6 +123,10 @@ class Plan:
             (`_races.race_blocker`), and runs forward with one thread per block, unchecked: its CPU launch may be
             split into index ranges run concurrently. Derived from the rest (never described; a rebuilt plan
             recomputes it); False for callables and adjoints, whose kernels accumulate with atomics.
+        shares_cpu_state: two launches of the kernel at once would share state (it uses tiles, whose CPU scratch
+            storage is one global of the module, or prints), or jarp cannot tell (`_races.sharing_blocker`);
+            True for callables. Otherwise the batch slices of a CPU call may run concurrently. Derived like
+            ``race_free``.
     """
 
     runs: Runs
@@ -146,6 +150,7 @@ class Plan:
     bounds_checked: bool = False
     partitioned: bool = False
     race_free: bool = False
+    shares_cpu_state: bool = True
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

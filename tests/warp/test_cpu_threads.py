@@ -1,0 +1,253 @@
+"""CPU threads (`jarp/warp/_ffi/_threads.py` and the pool work of `_native_handler.cpp`).
+
+The native handler runs the batch slices of a CPU call, and index ranges of one launch of a provably race-free
+kernel, on XLA's intra-op thread pool. Whatever the thread cap, the results must be bit-identical to one thread's;
+kernels with atomics, tiles or ``printf`` are never split into ranges; small calls never reach the pool.
+The Python launch path (``JARP_LAUNCH=python``) runs everything on the calling thread: the values are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import warp as wp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jarp.warp as jw
+from jarp.warp._ffi import _native, _threads
+
+pytestmark = pytest.mark.launch_paths
+
+_ROOT = Path(__file__).resolve().parents[2]
+NATIVE = os.environ.get(_native.ENV, "native") != "python"
+
+
+@wp.kernel
+def relax(x: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    v = x[i]
+    for _ in range(4):
+        v = wp.sin(v) * w[i] + 0.5 * v
+    out[i] = v
+
+
+@wp.kernel
+def relax2d(x: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = wp.cos(x[i, j]) * x[i, j] + float(j)
+
+
+@wp.kernel
+def histogram(x: wp.array(dtype=float), bins: wp.array(dtype=float)):
+    i = wp.tid()
+    b = int(wp.floor(wp.abs(x[i]) * 4.0)) % 8
+    wp.atomic_add(bins, b, x[i])
+
+
+@wp.kernel
+def tile_copy(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    t = wp.tile_load(x, shape=8, offset=i * 8)
+    wp.tile_store(out, t * 2.0, offset=i * 8)
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    before = jw.cpu_threads()
+    yield
+    jw.set_cpu_threads(before)
+
+
+def _pool_calls() -> int:
+    native = _native.active()
+    return native.pool_stats()[0] if native is not None else 0
+
+
+def _both(f, *args):
+    """``f(*args)`` with one thread and with every thread: (one, many, pool calls the second made)."""
+    jw.set_cpu_threads(1)
+    one = np.asarray(jax.block_until_ready(f(*args)))
+    jw.set_cpu_threads(0)
+    before = _pool_calls()
+    many = np.asarray(jax.block_until_ready(f(*args)))
+    return one, many, _pool_calls() - before
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+# -- the setting --
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", None])
+def test_set_cpu_threads_refuses_what_is_not_a_count(bad: object, restore_threads: None) -> None:
+    with pytest.raises(ValueError, match=r"set_cpu_threads\(n\): n must be a whole number >= 0"):
+        jw.set_cpu_threads(bad)  # type: ignore[arg-type]
+
+
+def test_set_cpu_threads_round_trips(restore_threads: None) -> None:
+    jw.set_cpu_threads(3)
+    assert jw.cpu_threads() == 3
+    jw.set_cpu_threads(0)
+    assert jw.cpu_threads() == 0
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", "1"), (" 4 ", "4"), ("", "0")])
+def test_the_environment_variable_sets_the_cap(value: str, expected: str) -> None:
+    code = "import jarp.warp as jw; print(jw.cpu_threads())"
+    env = {**os.environ, _threads.ENV: value, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=_ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == expected
+
+
+def test_a_bad_environment_variable_names_itself() -> None:
+    code = "import jarp.warp as jw; jw.cpu_threads()"
+    env = {**os.environ, _threads.ENV: "many", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=_ROOT, check=False)
+    assert proc.returncode != 0
+    assert "JARP_CPU_THREADS='many' must be a whole number >= 0" in proc.stderr
+
+
+# -- batch slices --
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    batch=st.integers(2, 9),
+    extra=st.integers(0, 3000),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_threaded_batch_slices_are_bit_identical_to_one_thread(batch: int, extra: int, seed: int) -> None:
+    size = -(-_threads.MIN_TASKS // batch) + extra  # enough tasks in all to reach the pool
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.standard_normal((batch, size)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(size), jnp.float32)  # broadcast across the batch
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(jax.vmap(lambda x: kernel(x, w)[0]))
+    before = jw.cpu_threads()
+    try:
+        one, many, pooled = _both(f, x)
+    finally:
+        jw.set_cpu_threads(before)
+    assert _bits(one) == _bits(many)
+    assert pooled == (1 if NATIVE else 0)
+    ref = np.asarray(x)
+    for _ in range(4):
+        ref = np.sin(ref) * np.asarray(w) + 0.5 * ref
+    np.testing.assert_allclose(many, ref, rtol=2e-5, atol=2e-5)
+
+
+def test_two_batch_dims_and_a_2d_launch_are_bit_identical(restore_threads: None) -> None:
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((3, 4, 64, 50)), jnp.float32)
+    kernel = jw.jax_kernel(relax2d)
+    f = jax.jit(jax.vmap(jax.vmap(lambda x: kernel(x)[0])))
+    one, many, pooled = _both(f, x)
+    assert _bits(one) == _bits(many)
+    assert pooled == (1 if NATIVE else 0)
+    j = np.arange(50, dtype=np.float32)
+    np.testing.assert_allclose(many, np.cos(np.asarray(x)) * np.asarray(x) + j, rtol=1e-6, atol=1e-6)
+
+
+def test_the_adjoint_of_a_batched_call_is_bit_identical(restore_threads: None) -> None:
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((8, 6000)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(6000), jnp.float32)
+    kernel = jw.jax_kernel(relax, enable_backward=True)
+    f = jax.jit(jax.grad(lambda x, w: jnp.sum(jax.vmap(lambda x: kernel(x, w)[0])(x) ** 2), argnums=(0, 1)))
+
+    def both() -> tuple[np.ndarray, np.ndarray]:
+        gx, gw = f(x, w)
+        return np.concatenate([np.asarray(gx).ravel(), np.asarray(gw).ravel()])
+
+    one, many, pooled = _both(both)
+    assert _bits(one) == _bits(many)
+    assert pooled >= (1 if NATIVE else 0)
+
+
+def test_a_small_call_stays_on_the_calling_thread(restore_threads: None) -> None:
+    x = jnp.ones((4, 100), jnp.float32)
+    w = jnp.ones(100, jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    _, _, pooled = _both(jax.jit(jax.vmap(lambda x: kernel(x, w)[0])), x)
+    assert pooled == 0
+
+
+def test_a_cap_of_one_keeps_every_call_on_the_calling_thread(restore_threads: None) -> None:
+    x = jnp.ones((8, 10_000), jnp.float32)
+    w = jnp.ones(10_000, jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(jax.vmap(lambda x: kernel(x, w)[0]))
+    jw.set_cpu_threads(1)
+    before = _pool_calls()
+    jax.block_until_ready(f(x))
+    assert _pool_calls() == before
+
+
+# -- kernels that must stay on one thread --
+
+
+def test_an_atomic_kernel_is_never_split_and_stays_exact(restore_threads: None) -> None:
+    rng = np.random.default_rng(3)
+    # Values whose float32 sums are exact in any order, so the check does not depend on the order of the atomics.
+    x = jnp.asarray(rng.integers(-8, 8, 200_000) / 4.0, jnp.float32)
+    kernel = jw.jax_kernel(histogram, num_outputs=1, output_dims={"bins": 8})
+    f = jax.jit(lambda x: kernel(x)[0])
+    one, many, pooled = _both(f, x)
+    assert pooled == 0  # one launch, with atomics: never split
+    assert _bits(one) == _bits(many)
+    xs = np.asarray(x)
+    expected = np.bincount(np.floor(np.abs(xs) * 4).astype(int) % 8, weights=xs, minlength=8)
+    np.testing.assert_array_equal(many, expected.astype(np.float32))
+
+
+def test_batched_atomic_slices_run_concurrently_each_in_order(restore_threads: None) -> None:
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((4, 20_000)), jnp.float32)  # sums depend on order: bit-identity is strict
+    kernel = jw.jax_kernel(histogram, num_outputs=1, output_dims={"bins": 8})
+    f = jax.jit(jax.vmap(lambda x: kernel(x)[0]))
+    one, many, pooled = _both(f, x)
+    assert _bits(one) == _bits(many)  # each slice's atomics run in order on one thread
+    assert pooled == (1 if NATIVE else 0)
+
+
+def test_a_tile_kernel_stays_on_one_thread(restore_threads: None) -> None:
+    # Warp's CPU tiles keep their scratch storage in one global of the module: two launches at once would share it.
+    x = jnp.asarray(np.random.default_rng(5).standard_normal((4, 8 * 8192)), jnp.float32)
+    kernel = jw.jax_kernel(tile_copy, launch_dims=(8192,), output_dims={"out": 8 * 8192})
+    f = jax.jit(jax.vmap(lambda x: kernel(x)[0]))
+    one, many, pooled = _both(f, x)
+    assert pooled == 0
+    np.testing.assert_array_equal(many, 2 * np.asarray(x))
+    assert _bits(one) == _bits(many)
+
+
+def test_the_cap_reaches_a_fresh_process_handler() -> None:
+    code = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, warp as wp
+        import jarp.warp as jw
+        from jarp.warp._ffi import _native
+        from tests.warp.test_cpu_threads import relax
+        k = jw.jax_kernel(relax)
+        f = jax.jit(jax.vmap(lambda x: k(x, jnp.ones(10_000, jnp.float32))[0]))
+        jax.block_until_ready(f(jnp.ones((8, 10_000), jnp.float32)))
+        print(_native.active().pool_stats()[0])
+        """
+    )
+    env = {**os.environ, _threads.ENV: "1", "JAX_PLATFORMS": "cpu", _native.ENV: "native"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=_ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "0"
