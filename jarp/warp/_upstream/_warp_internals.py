@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import hashlib
 import inspect
+import itertools
 import os
+import re
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from warp._src.codegen import _codegen_lock
 from warp._src.context import (
     _build_kernel_launch_bounds,
     _cuda_grid_blocks,
+    _get_cpu_target_hash,
     _lean_grid_max_blocks,
     _raise_cuda_launch_error,
     _resolve_launch_block_dim,
@@ -50,6 +55,7 @@ __all__ = [
     "array_kind",
     "capture_modules",
     "check_cuda_grid",
+    "check_ranged_entries",
     "compile_aot_variant",
     "compile_cpu_object",
     "contiguous_array",
@@ -73,6 +79,8 @@ __all__ = [
     "make_kernel",
     "module_codegen",
     "module_loaded",
+    "ranged_cpu_entry",
+    "ranged_entry_symbol",
     "registered_kernel",
     "release_unloads",
     "resolve_block_dim",
@@ -298,6 +306,7 @@ class EntryPoints:
         "backward",
         "backward_smem",
         "block_dim",
+        "build_options",
         "cluster_dim",
         "device",
         "forward",
@@ -306,7 +315,14 @@ class EntryPoints:
         "module_exec",
     )
 
-    def __init__(self, device: wp.context.Device, module_exec: Any, hooks: Any, block_dim: int) -> None:
+    def __init__(
+        self,
+        device: wp.context.Device,
+        module_exec: Any,
+        hooks: Any,
+        block_dim: int,
+        build_options: dict[str, Any] | None = None,
+    ) -> None:
         # Holding the ModuleExec keeps its binary loaded: Warp unloads a module's code when
         # that object is collected, e.g. after a new overload makes Warp rebuild the module,
         # and the raw entry-point addresses below would then dangle.
@@ -314,6 +330,9 @@ class EntryPoints:
         self.device = device
         self.hooks = hooks
         self.block_dim = block_dim
+        # The resolved module options this build was compiled with (`ranged_cpu_entry` compiles its companion
+        # with them); None where unknown.
+        self.build_options = build_options
         self.forward = _address(hooks.forward)
         self.backward = _address(hooks.backward)
         self.forward_smem = int(getattr(hooks, "forward_smem_bytes", 0))
@@ -380,7 +399,12 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
                 "(or restart Python)."
             )
         hooks = module_exec.get_kernel_hooks(kernel)
-    entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim)
+        # The options `Module.load` built (or found cached) this variant with: the module's current ones, since a
+        # loaded variant whose hash is not current is rebuilt. Later changes to the module do not change these.
+        build_options = None
+        if module_exec.module_hash == kernel.module.get_module_hash(resolved):
+            build_options = dict(kernel.module.resolved_options[resolved])
+    entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim, build_options)
     if not entry.forward:
         raise RuntimeError(
             f"Failed to find the forward entry point of kernel {kernel.key!r} in Warp module "
@@ -651,6 +675,412 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
     return lookup
 
 
+# -- ranged CPU entry points (issue 20: one CPU launch split into index ranges) --
+#
+# Warp's CPU entry point ``{name}_cpu_forward(dim, args)`` runs every task index of a launch, one after another. jarp
+# splits a launch of a race-free kernel into index ranges that run on several threads, so it needs an entry point that
+# runs a range. The per-task function it must call, ``{name}_cpu_kernel_forward<bool>``, is ``static`` in Warp's
+# translation unit; jarp therefore compiles a companion object: the exact source Warp compiled for the module build,
+# with one ranged entry point per kernel appended, built with the build's own options (so each task's arithmetic is
+# the same code, compiled the same way). The ranged entry copies the statements of Warp's dispatch function (the
+# runtime choice of the ``wp_linear_contiguous`` specialisation) verbatim.
+
+# Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
+RANGED_TEMPLATE_VERSION = 1
+_RANGED_SUFFIX = "_jarp_cpu_forward_range"
+
+# The tile-storage setup opening each of Warp's CPU dispatch functions (``codegen.cpu_module_template_forward``). The
+# ranged entry leaves it out: on x86-64 ``wp::shared_tile_storage`` is a plain static (not thread-local), which
+# concurrent ranges would race on, and only tile code reads it (kernels of a module that uses tiles get no ranged entry).
+_TILE_SETUP = (
+    "    wp::tile_shared_storage_t tile_mem;\n"
+    "#if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)\n"
+    "    wp::shared_tile_storage = &tile_mem;\n"
+    "#endif\n"
+)
+# Any use of Warp's tiles in generated code once the setup above is removed (tile builtins are ``wp::tile_*``).
+_TILE_USE = re.compile(r"wp::(?:tile|shared_tile)|tile_shared_storage_t")
+# Warp's forward entry point of one kernel (``codegen.cpu_module_entry_template_forward``).
+_FORWARD_ENTRY = re.compile(
+    r"WP_API void (?P<name>\w+)_cpu_forward\(\n"
+    r"    wp::launch_bounds_t<(?P<ndim>\d+)> \*dim,\n"
+    r"    wp_args_(?P=name) \*_wp_args\)\n"
+    r"\{\n(?P<body>.*?)\n\}\n",
+    re.DOTALL,
+)
+# The kwargs (besides the two paths) Warp's ``Module._compile`` passes ``build_cpu``; jarp passes the same.
+_BUILD_CPU_KWARGS = frozenset(
+    {
+        "mode",
+        "fast_math",
+        "verify_fp",
+        "fuse_fp",
+        "extra_flags",
+        "optimization_level",
+        "verbose",
+        "use_precompiled_headers",
+        "pch_dir",
+        "block_dim",
+        "enable_tiles_in_stack_memory",
+        "extra_include_dirs",
+    }
+)
+
+_RANGED_TEMPLATE = """
+template <bool wp_linear_contiguous>
+static WP_FORCEINLINE void {name}_jarp_cpu_forward_range_tasks(
+    wp::launch_bounds_t<{ndim}> *dim,
+    wp_args_{name} *_wp_args,
+    size_t jarp_begin,
+    size_t jarp_end)
+{{
+    for (size_t task_index = jarp_begin; task_index < jarp_end; ++task_index)
+    {{
+        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);
+    }}
+}}
+
+extern "C" WP_API void {name}{suffix}(
+    wp::launch_bounds_t<{ndim}> *dim,
+    wp_args_{name} *_wp_args,
+    size_t jarp_begin,
+    size_t jarp_end)
+{{
+    if (jarp_end > dim->size)
+        jarp_end = dim->size;
+{statements}}}
+"""
+
+# Loaded companion objects, by cache key (each loaded once per process, never unloaded), and per loaded Warp module
+# build (``ModuleExec``): the companion's symbol lookup (None if no kernel of it has a ranged entry) and, by mangled
+# kernel name, why a kernel has none.
+_ranged_objects: dict[str, Callable[[str], int]] = {}
+_ranged_by_exec: weakref.WeakKeyDictionary[Any, tuple[Callable[[str], int] | None, dict[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+_ranged_handles = itertools.count()
+
+
+def ranged_entry_symbol(mangled_name: str) -> str:
+    """The symbol of jarp's ranged forward entry point for a kernel's mangled name (``{name}_jarp_cpu_forward_range``)."""
+    return mangled_name + _RANGED_SUFFIX
+
+
+def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
+    """The address of jarp's ranged CPU forward entry point of ``kernel`` in the module build ``entry`` came from; 0 if none.
+
+    The entry point is ``extern "C" void {name}_jarp_cpu_forward_range(wp::launch_bounds_t<N>* dim,
+    wp_args_{name}* args, size_t begin, size_t end)``: the arguments of Warp's ``{name}_cpu_forward`` (the launch
+    bounds and the argument struct, as pointers) and a task range. It runs the task indices ``begin`` to
+    ``min(end, dim->size)`` with the same per-task code, and the same runtime choice of Warp's contiguous-array
+    specialisation, as Warp's entry point runs every index of the launch, so splitting a launch into ranges gives
+    bit-identical results (for a kernel whose tasks do not interact; that is the caller's to establish). Ranges may
+    run concurrently: the entry point touches no global state of its own.
+
+    It lives in a companion object: the C++ Warp compiled for ``entry.module_exec`` (the ``.cpp`` Warp keeps next to
+    the binary in its kernel cache, else Warp's code generation rerun with the build's options) with a ranged entry
+    for each kernel appended, compiled with that build's options (``entry.build_options``). The object is cached
+    under ``wp.config.kernel_cache_dir``/``jarp-ranged`` by a hash of its source, its options, jarp's template
+    version, Warp's version and the CPU target, so another process loads it without compiling, and is loaded once
+    per process and never unloaded (the address stays valid for the life of the process).
+
+    Returns 0 (and builds nothing) for kernels that are never split: a build with ``block_dim`` above 1 (cooperative
+    CPU blocks), and the kernels of a module that uses tiles.
+
+    Raises:
+        ValueError: if ``entry`` is not a CPU entry.
+        RuntimeError: if the build's source or options cannot be recovered (the module changed since an entry
+            made outside `load_entry_points` was loaded), Warp's generated code no longer has the shape the ranged
+            entry copies (see `check_ranged_entries`), or the companion failed to compile or load.
+    """
+    if not entry.device.is_cpu:
+        raise ValueError(f"ranged entry points are CPU-only; kernel {kernel.key!r} was loaded on {entry.device}")
+    if entry.block_dim != 1:
+        return 0
+    module_exec = entry.module_exec
+    with _WARP_LOCK:
+        name = module_exec.get_kernel_mangled_name(kernel)
+        companion = _ranged_by_exec.get(module_exec)
+        if companion is None:
+            companion = _ranged_companion(kernel, entry)
+            _ranged_by_exec[module_exec] = companion
+        lookup, refused = companion
+        if name in refused:
+            return 0
+        address = lookup(ranged_entry_symbol(name)) if lookup is not None else 0
+    if not address:
+        raise RuntimeError(
+            f"jarp's ranged CPU entry point of kernel {kernel.key!r} ({ranged_entry_symbol(name)}) is missing from "
+            f"its companion object of Warp module '{kernel.module.name}'"
+        )
+    return address
+
+
+def _ranged_companion(kernel: wp.Kernel, entry: EntryPoints) -> tuple[Callable[[str], int] | None, dict[str, str]]:
+    """Build (or find) and load the companion object of ``entry``'s module build (under ``_WARP_LOCK``)."""
+    module = kernel.module
+    module_exec = entry.module_exec
+    current = module_exec.module_hash == module.get_module_hash(entry.block_dim)
+    options = entry.build_options
+    if options is None:
+        if not current:
+            raise RuntimeError(
+                f"Warp module '{module.name}' changed since kernel {kernel.key!r} was loaded, and the options of the "
+                "loaded build are unknown: load the kernel with load_entry_points to get its ranged entry point."
+            )
+        options = dict(module.resolved_options[entry.block_dim])
+    source = _build_source(module, module_exec, options, current)
+    appendix, refused = _ranged_appendix(source)
+    if not appendix:
+        return None, refused
+    source += (
+        "\n// jarp: ranged CPU entry points (jarp/warp/_upstream/_warp_internals.py, ranged_cpu_entry)\n" + appendix
+    )
+    build = _ranged_build_options(options)
+    identity = (
+        RANGED_TEMPLATE_VERSION,
+        wp.__version__,
+        _get_cpu_target_hash(build["extra_flags"]),
+        sorted(build.items()),
+        source,
+    )
+    key = hashlib.sha256(repr(identity).encode("utf-8")).hexdigest()
+    lookup = _ranged_objects.get(key)
+    if lookup is None:
+        path = _ranged_object(key, source, build, module.name)
+        lookup = load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
+        _ranged_objects[key] = lookup
+    return lookup, refused
+
+
+def _build_source(module: wp.Module, module_exec: Any, options: dict[str, Any], current: bool) -> str:
+    """The C++ source Warp compiled ``module_exec`` from.
+
+    Warp writes it next to the binary in its kernel cache (``wp_<module>_<hash7>.cpp`` beside
+    ``wp_<module>_<hash7>[.cpu<target>].o``), in a directory named by the module hash, so it is that build's source
+    whichever process compiled it. Under the ``strip_hash`` module option the names carry no hash and a later build
+    overwrites them; there (or if the file is gone) the source is generated again, as ``Module._compile`` does, which
+    needs the module to be unchanged since the build.
+    """
+    binary = getattr(module_exec, "binary_path", None)
+    if binary and not module.options["strip_hash"]:
+        stem = re.sub(r"(\.cpu[0-9a-f]+)?\.o$", "", os.path.basename(binary))
+        try:
+            with open(os.path.join(os.path.dirname(binary), stem + ".cpp"), encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            pass
+    if not current:
+        raise RuntimeError(
+            f"The C++ source of a loaded build of Warp module '{module.name}' is not in Warp's kernel cache, and the "
+            "module changed since, so jarp cannot build its ranged CPU entry points."
+        )
+    runtime_core()
+    source, _ext, _meta, _ltoirs, _fatbins = module._run_codegen(options | {"output_arch": None}, True)
+    return source
+
+
+def _ranged_build_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The ``build_cpu`` options ``Module._compile`` compiles a CPU build with, from its resolved module options."""
+    opt = options["optimization_level"]
+    return {
+        "mode": options["mode"],
+        "fast_math": options["fast_math"],
+        "verify_fp": options["verify_fp"],
+        "fuse_fp": options["fuse_fp"],
+        "extra_flags": options["cpu_compiler_flags"],
+        "optimization_level": 2 if opt is None else opt,  # Warp's CPU default
+        "use_precompiled_headers": options["use_precompiled_headers"],
+        "block_dim": options["block_dim"],
+        "enable_tiles_in_stack_memory": options["enable_tiles_in_stack_memory"],
+        "extra_include_dirs": tuple(options["extra_cpu_include_dirs"] or ()),
+    }
+
+
+def _ranged_cache_dir() -> Path:
+    return Path(wp.config.kernel_cache_dir) / "jarp-ranged"
+
+
+def _ranged_object(key: str, source: str, build: dict[str, Any], module_name: str) -> str:
+    """The path of the companion object ``key``, compiled now unless the cache has it (written atomically)."""
+    directory = _ranged_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = key[:32]
+    obj = directory / f"{stem}.o"
+    if obj.exists():
+        return str(obj)
+    tag = f".p{os.getpid()}_t{threading.get_ident()}"
+    cpp_tmp, obj_tmp = directory / f"{stem}{tag}.cpp", directory / f"{stem}{tag}.o"
+    cpp_tmp.write_text(source, encoding="utf-8")
+    runtime = wp._src.context.runtime
+    try:
+        _build.build_cpu(
+            str(obj_tmp),
+            str(cpp_tmp),
+            verbose=False,
+            pch_dir=runtime.get_clang_pch_dir() if build["use_precompiled_headers"] else None,
+            **build,
+        )
+    except Exception as e:
+        obj_tmp.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"jarp failed to compile the ranged CPU entry points of Warp module '{module_name}' ({cpp_tmp}): {e}"
+        ) from e
+    os.replace(obj_tmp, obj)  # several processes may build it at once: each replaces it with the same object
+    os.replace(cpp_tmp, directory / f"{stem}.cpp")
+    return str(obj)
+
+
+def _ranged_appendix(source: str) -> tuple[str, dict[str, str]]:
+    """jarp's ranged entry points for the kernels of Warp's CPU module source, and why the others have none.
+
+    Returns the C++ to append to ``source`` and, by mangled kernel name, the reason a kernel gets no ranged entry.
+
+    Raises:
+        RuntimeError: if Warp's generated code no longer has the shape the ranged entry copies.
+    """
+    module_uses_tiles = bool(_TILE_USE.search(source.replace(_TILE_SETUP, "")))
+    parts: list[str] = []
+    refused: dict[str, str] = {}
+    for match in _FORWARD_ENTRY.finditer(source):
+        name, ndim, body = match["name"], match["ndim"], match["body"]
+        if body != f"    {name}_cpu_forward_dispatch(dim, _wp_args);":
+            if "wp_cpu_run_block" in body:
+                refused[name] = "cooperative CPU blocks (block_dim > 1)"
+                continue
+            raise _codegen_changed(name, "its forward entry point no longer just calls its dispatch function")
+        if module_uses_tiles:
+            refused[name] = "its module uses tiles"
+            continue
+        for piece, what in (
+            (_kernel_forward_head(name, ndim), "the per-task function"),
+            (_forward_tasks(name, ndim), "the task loop"),
+        ):
+            if piece not in source:
+                raise _codegen_changed(name, f"{what} changed")
+        head = (
+            f"static WP_FORCEINLINE void {name}_cpu_forward_dispatch(\n"
+            f"    wp::launch_bounds_t<{ndim}> *dim,\n"
+            f"    wp_args_{name} *_wp_args)\n"
+            "{\n"
+        )
+        start = source.find(head)
+        end = source.find("\n}\n", start)
+        if start < 0 or end < 0:
+            raise _codegen_changed(name, "its dispatch function changed")
+        dispatch = source[start + len(head) : end + 1]
+        if not dispatch.startswith(_TILE_SETUP):
+            raise _codegen_changed(name, "its dispatch function no longer opens with the tile-storage setup")
+        statements = dispatch[len(_TILE_SETUP) :]
+        ranged = statements
+        for flag in ("true", "false"):
+            ranged = ranged.replace(
+                f"{name}_cpu_forward_tasks<{flag}>(dim, _wp_args);",
+                f"{name}_jarp_cpu_forward_range_tasks<{flag}>(dim, _wp_args, jarp_begin, jarp_end);",
+            )
+        if ranged == statements or "_cpu_forward_tasks" in ranged:
+            raise _codegen_changed(name, "its dispatch function no longer calls the task loop as expected")
+        parts.append(_RANGED_TEMPLATE.format(name=name, ndim=ndim, suffix=_RANGED_SUFFIX, statements=ranged))
+    return "".join(parts), refused
+
+
+def _kernel_forward_head(name: str, ndim: str) -> str:
+    """The head of Warp's per-task forward function (``codegen.cpu_kernel_template_forward``)."""
+    return (
+        "template <bool wp_linear_contiguous>\n"
+        f"static void {name}_cpu_kernel_forward(\n"
+        f"    wp::launch_bounds_t<{ndim}> dim,\n"
+        "    size_t task_index,\n"
+        f"    wp_args_{name} *_wp_args)\n"
+        "{\n"
+    )
+
+
+def _forward_tasks(name: str, ndim: str) -> str:
+    """Warp's task loop (``codegen.cpu_module_template_forward``): every task index, one per-task call, nothing else."""
+    return (
+        "template <bool wp_linear_contiguous>\n"
+        f"static WP_FORCEINLINE void {name}_cpu_forward_tasks(\n"
+        f"    wp::launch_bounds_t<{ndim}> *dim,\n"
+        f"    wp_args_{name} *_wp_args)\n"
+        "{\n"
+        "    for (size_t task_index = 0; task_index < dim->size; ++task_index)\n"
+        "    {\n"
+        f"        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def _codegen_changed(name: str, what: str) -> RuntimeError:
+    return RuntimeError(
+        f"Warp's generated CPU code for kernel {name} does not have the shape jarp's ranged entry points copy "
+        f"({what}; warp-lang {wp.__version__}): update jarp/warp/_upstream/_warp_internals.py (ranged_cpu_entry)."
+    )
+
+
+def check_ranged_entries() -> None:
+    """Raise `AssertionError` if Warp's CPU code generation changed where jarp's ranged entry points depend on it.
+
+    It generates (without compiling) the CPU source of a probe module, with a kernel that takes Warp's contiguous
+    1-D specialisation and a 2-D kernel, and checks that each gets a ranged entry point copying Warp's dispatch,
+    and that ``Module._compile`` still builds CPU code with the ``build_cpu`` options jarp passes.
+    """
+    codegen = wp._src.codegen
+    assert "static void {name}_cpu_kernel_forward(" in codegen.cpu_kernel_template_forward, (
+        "Warp's per-task CPU function changed"
+    )
+    assert "template <bool wp_linear_contiguous>" in codegen.cpu_kernel_template_forward, (
+        "Warp's per-task CPU function is no longer templated on wp_linear_contiguous"
+    )
+    tasks = codegen.cpu_module_template_forward
+    assert "for (size_t task_index = 0; task_index < dim->size; ++task_index)" in tasks, "Warp's CPU task loop changed"
+    assert "{name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);" in tasks, (
+        "Warp's CPU task loop no longer calls the per-task function once per task index"
+    )
+    assert _TILE_SETUP in tasks, "Warp's CPU dispatch no longer sets up tile storage as jarp's ranged entry expects"
+    parameters = set(inspect.signature(_build.build_cpu).parameters) - {"obj_path", "cpp_path"}
+    assert parameters == _BUILD_CPU_KWARGS, f"build_cpu's parameters changed: {sorted(parameters)}"
+    compile_source = inspect.getsource(wp.Module._compile)
+    call = compile_source[compile_source.index("build_cpu(") :]
+    call = call[: call.index("\n                    )")]
+    passed = set(re.findall(r"^\s+(\w+)=", call, re.MULTILINE))
+    assert passed == _BUILD_CPU_KWARGS, f"Module._compile calls build_cpu with other options: {sorted(passed)}"
+    assert "binary_path" in inspect.signature(wp._src.context.ModuleExec.__init__).parameters, (
+        "ModuleExec lost binary_path"
+    )
+    with _WARP_LOCK:
+        module = wp.get_module("jarp._ranged_probe")
+        resolved = module.resolve_options(wp.config, block_dim=1)
+        _ranged_build_options(resolved)  # raises KeyError if a module option it reads is gone
+        assert "strip_hash" in resolved, "the module option 'strip_hash' is gone"
+        linear = wp.Kernel(_ranged_probe_linear, key="_jarp_ranged_probe_linear", module=module)
+        grid = wp.Kernel(_ranged_probe_grid, key="_jarp_ranged_probe_grid", module=module)
+    source = module_codegen(module, "cpu", block_dim=1)
+    appendix, refused = _ranged_appendix(source)
+    assert refused == {}, f"the probe kernels got no ranged entry points: {refused}"
+    for kernel, flags in ((linear, ("true", "false")), (grid, ("false",))):
+        name = kernel.get_mangled_name()
+        assert f"WP_API void {ranged_entry_symbol(name)}(" in appendix, f"no ranged entry point for {kernel.key}"
+        for flag in flags:
+            assert f"{name}_jarp_cpu_forward_range_tasks<{flag}>(dim, _wp_args, jarp_begin, jarp_end);" in appendix, (
+                f"the ranged entry point of {kernel.key} does not take Warp's <{flag}> specialisation"
+            )
+    assert re.search(
+        r"const bool wp_linear_contiguous = dim->coord_mult == 1 && \(.*strides\[0\] == \(int\)sizeof", appendix
+    ), "Warp's runtime test for the contiguous specialisation changed"
+
+
+def _ranged_probe_linear(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    b[i] = a[i] * 2.0
+
+
+def _ranged_probe_grid(a: wp.array2d(dtype=float)) -> None:
+    i, j = wp.tid()
+    a[i, j] = float(i + j)
+
+
 # -- structs --
 
 
@@ -763,6 +1193,7 @@ def check_internals() -> None:
     assert isinstance(digest, str), "ModuleHasher.kernel_hashes changed"
     assert len(digest) == 64, "Warp's kernel hash is no longer a sha256 digest"
     assert kernel_code_hash(probe_kernel, 1) == digest, "Warp's kernel hash is not stable"
+    check_ranged_entries()
 
 
 def _probe_kernel(a: wp.array(dtype=float)) -> None:
