@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 import jarp.warp as jw
 from jarp.warp._ffi import _native, _threads
 
+from .support.kernels_tiles import tile_copy
+
 pytestmark = pytest.mark.launch_paths
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -52,13 +54,6 @@ def histogram(x: wp.array(dtype=float), bins: wp.array(dtype=float)):
     i = wp.tid()
     b = int(wp.floor(wp.abs(x[i]) * 4.0)) % 8
     wp.atomic_add(bins, b, x[i])
-
-
-@wp.kernel
-def tile_copy(x: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    t = wp.tile_load(x, shape=8, offset=i * 8)
-    wp.tile_store(out, t * 2.0, offset=i * 8)
 
 
 @pytest.fixture
@@ -194,6 +189,59 @@ def test_a_cap_of_one_keeps_every_call_on_the_calling_thread(restore_threads: No
     before = _pool_calls()
     jax.block_until_ready(f(x))
     assert _pool_calls() == before
+
+
+# -- index ranges of one launch --
+
+
+def _items() -> int:
+    native = _native.active()
+    return native.pool_stats()[1] if native is not None else 0
+
+
+@settings(max_examples=6, deadline=None)
+@given(size=st.integers(2 * _threads.MIN_RANGE, 5 * _threads.MIN_RANGE), seed=st.integers(0, 2**31 - 1))
+def test_a_race_free_launch_split_into_ranges_is_bit_identical(size: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.standard_normal(size), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(size), jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(lambda x: kernel(x, w)[0])
+    before = jw.cpu_threads()
+    try:
+        items = _items()
+        one, many, pooled = _both(f, x)
+        items = _items() - items
+    finally:
+        jw.set_cpu_threads(before)
+    assert _bits(one) == _bits(many)
+    split = NATIVE and size >= _threads.MIN_TASKS  # below MIN_TASKS a call never reaches the pool
+    assert pooled == (1 if split else 0)
+    assert (items >= 2) == split  # one launch, several index ranges
+
+
+def test_a_2d_launch_splits_over_its_flat_index(restore_threads: None) -> None:
+    rng = np.random.default_rng(6)
+    x = jnp.asarray(rng.standard_normal((300, 257)), jnp.float32)  # ranges end mid-row
+    kernel = jw.jax_kernel(relax2d)
+    one, many, pooled = _both(jax.jit(lambda x: kernel(x)[0]), x)
+    assert _bits(one) == _bits(many)
+    assert pooled == (1 if NATIVE else 0)
+    j = np.arange(257, dtype=np.float32)
+    np.testing.assert_allclose(many, np.cos(np.asarray(x)) * np.asarray(x) + j, rtol=1e-6, atol=1e-6)
+
+
+def test_a_batched_race_free_launch_splits_slices_and_ranges(restore_threads: None) -> None:
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.standard_normal((2, 4 * _threads.MIN_RANGE)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(4 * _threads.MIN_RANGE), jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    items = _items()
+    one, many, pooled = _both(jax.jit(jax.vmap(lambda x: kernel(x, w)[0])), x)
+    items = _items() - items
+    assert _bits(one) == _bits(many)
+    assert pooled == (1 if NATIVE else 0)
+    assert items > 2 if NATIVE else items == 0  # more items than slices: each slice split too
 
 
 # -- kernels that must stay on one thread --

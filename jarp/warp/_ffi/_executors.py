@@ -27,7 +27,7 @@ import warp as wp
 from .._plan import _launch_checks
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
-from . import _arg_blocks, _errors, _guard, _native, _struct_bytes
+from . import _arg_blocks, _errors, _guard, _native, _struct_bytes, _threads
 from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._registry import ReleasedPlanError, registry
@@ -404,8 +404,14 @@ class _CpuKernelExecutor(_KernelExecutor):
 
     def _threading(self) -> dict[str, Any]:
         # Batch slices write disjoint memory (every result carries every batch dim); they may run at once unless
-        # the kernel keeps state in its module (tiles) or prints. Index ranges need the race proof too.
-        return {"concurrent": not self.plan.shares_cpu_state}
+        # the kernel keeps state in its module (tiles) or prints. Index ranges need the race proof too, and jarp's
+        # ranged entry point, a second build of the module (cached on disk like Warp's): made only for a launch
+        # large enough to be split, whatever the thread cap now (it may change while the plan lives).
+        concurrent = not self.plan.shares_cpu_state
+        range_entry = 0
+        if concurrent and self.plan.race_free and math.prod(self.plan.launch_dims) >= 2 * _threads.MIN_RANGE:
+            range_entry = _warp_internals.ranged_cpu_entry(self.plan.target, self.entry)
+        return {"concurrent": concurrent, "range_entry": range_entry}
 
     def _guarded(self, bounds: int, *blocks: Any) -> None:
         entry = self.entry.backward if self.adjoint else self.entry.forward
