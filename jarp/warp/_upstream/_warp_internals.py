@@ -399,11 +399,11 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
                 "(or restart Python)."
             )
         hooks = module_exec.get_kernel_hooks(kernel)
-        # The options `Module.load` built (or found cached) this variant with: the module's current ones, since a
-        # loaded variant whose hash is not current is rebuilt. Later changes to the module do not change these.
-        build_options = None
-        if module_exec.module_hash == kernel.module.get_module_hash(resolved):
-            build_options = dict(kernel.module.resolved_options[resolved])
+        # The options `Module.load` built (or found cached) this variant with: the ones it resolved for the module's
+        # current hash, since it returns a loaded variant only while its hash is current and rebuilds it otherwise.
+        # (Under the strip_hash module option Warp returns a loaded variant whatever the hash; then these may be newer.)
+        options = kernel.module.resolved_options.get(resolved)
+        build_options = None if options is None else dict(options)
     entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim, build_options)
     if not entry.forward:
         raise RuntimeError(
@@ -1041,10 +1041,9 @@ def check_ranged_entries() -> None:
     assert _TILE_SETUP in tasks, "Warp's CPU dispatch no longer sets up tile storage as jarp's ranged entry expects"
     parameters = set(inspect.signature(_build.build_cpu).parameters) - {"obj_path", "cpp_path"}
     assert parameters == _BUILD_CPU_KWARGS, f"build_cpu's parameters changed: {sorted(parameters)}"
-    compile_source = inspect.getsource(wp.Module._compile)
-    call = compile_source[compile_source.index("build_cpu(") :]
-    call = call[: call.index("\n                    )")]
-    passed = set(re.findall(r"^\s+(\w+)=", call, re.MULTILINE))
+    call = re.search(r"\bbuild_cpu\((.*?)\n\s*\)\n", inspect.getsource(wp.Module._compile), re.DOTALL)
+    assert call is not None, "Module._compile no longer calls build_cpu"
+    passed = set(re.findall(r"^\s+(\w+)=", call[1], re.MULTILINE))
     assert passed == _BUILD_CPU_KWARGS, f"Module._compile calls build_cpu with other options: {sorted(passed)}"
     assert "binary_path" in inspect.signature(wp._src.context.ModuleExec.__init__).parameters, (
         "ModuleExec lost binary_path"
