@@ -242,8 +242,12 @@ struct FpState {
   void set() const { __builtin_ia32_ldmxcsr(mxcsr); }
 #elif defined(__aarch64__)
   unsigned long fpcr;
-  static FpState get() { return {__builtin_aarch64_get_fpcr64()}; }
-  void set() const { __builtin_aarch64_set_fpcr64(fpcr); }
+  static FpState get() {
+    unsigned long v;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(v));
+    return {v};
+  }
+  void set() const { __asm__ volatile("msr fpcr, %0" : : "r"(fpcr)); }
 #else
   static FpState get() { return {}; }
   void set() const {}
