@@ -18,12 +18,13 @@ from jarp.warp._inspect import PlanInfo, list_plans
 from jarp.warp._plan import _analysis
 from jarp.warp._plan._analysis import overwritten_outputs
 from jarp.warp._plan._describe import describe, rebuild
-from jarp.warp._plan._races import race_blocker
+from jarp.warp._plan._races import race_blocker, sharing_blocker
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels as k
 from tests.warp.support import kernels_fem as kf
 from tests.warp.support import kernels_races as kr
+from tests.warp.support import kernels_tiles as kt
 from tests.warp.support.lowered import plan_handles
 
 
@@ -357,3 +358,68 @@ def test_fem_energy_plans() -> None:
     stored = jax_kernel(kr.cell_energy_kernel, arg_types_factory=kr.cell_energy_arg_types, **_NO_PRELOAD)
     (info,) = _infos(lambda u, r, m: stored(u, r, m, launch_dims=(2, 1), output_dims=(2, 1))[0], u, region, materials)
     assert info.race_free is True
+
+
+# -- state shared by concurrent launches (`_races.sharing_blocker`, `Plan.shares_cpu_state`) --
+
+
+@pytest.mark.parametrize(
+    ("kernel", "blocker"),
+    [
+        (kr.elementwise, None),
+        (kr.with_counting_helper, None),  # atomics are fine across batch slices: each slice writes its own buffers
+        (kr.struct_atomic, None),
+        (kr.with_writing_helper, None),
+        (kr.with_printing_helper, "shout"),
+        (kt.tile_copy, "tile_load"),
+        (kt.tile_through_function, "doubled_tile"),
+    ],
+)
+def test_sharing_blocker(kernel: wp.Kernel, blocker: str | None) -> None:
+    reason = sharing_blocker(kernel)
+    if blocker is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert blocker in reason
+
+
+def test_sharing_blocker_refuses_a_computed_callee() -> None:
+    source = "def k(x: wp.array(dtype=float)):\n    i = wp.tid()\n    wp.static(pick)(x, i)\n"
+    calls = _analysis.called_names(source)
+    assert calls is not None
+    assert (None, 3) in calls
+
+
+@pytest.mark.parametrize(
+    ("name", "shares"),
+    [
+        ("wp.tile_load", True),
+        ("tile_store", True),
+        ("wp.printf", True),
+        ("print", True),
+        ("expect_eq", True),
+        ("untile", True),
+        ("wp.atomic_add", False),
+        ("wp.sin", False),
+        ("array_store", False),
+    ],
+)
+def test_sharing_calls(name: str, shares: bool) -> None:
+    assert _analysis.sharing_call(name) is shares
+
+
+def test_plans_say_whether_their_slices_may_run_at_once() -> None:
+    indices = jnp.asarray([0, 2, 2, 1], jnp.int32)
+    weights = jnp.ones((2, 4), jnp.float32)
+    atomic = jax_kernel(k.scatter_add_kernel, num_outputs=1, output_dims={"out": 3}, **_NO_PRELOAD)
+    (info,) = _infos(jax.vmap(lambda w: atomic(indices, w)[0]), weights)
+    tiled = jax_kernel(kt.tile_copy, launch_dims=(8,), output_dims={"out": 64}, **_NO_PRELOAD)
+    (tile_info,) = _infos(jax.vmap(lambda x: tiled(x)[0]), jnp.ones((2, 64), jnp.float32))
+    plan, tile_plan = registry.plan(info.handle), registry.plan(tile_info.handle)
+    assert (plan.race_free, plan.shares_cpu_state) == (False, False)  # atomics: slices at once, never ranges
+    assert (tile_plan.race_free, tile_plan.shares_cpu_state) == (False, True)
+    for p in (plan, tile_plan):
+        again = rebuild(describe(p))
+        assert again == p
+        assert "shares_cpu_state" not in describe(p)  # derived, never described

@@ -322,7 +322,7 @@ void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads
 
 // How many threads a CPU call may use: 1 unless it may run concurrently and is large enough to be worth it.
 int64_t pool_threads(XLA_FFI_CallFrame* frame, const Descriptor* d) {
-  if (!d->concurrent || d->tasks * d->nslices < g_min_tasks) return 1;
+  if (!d->concurrent || d->tasks * d->nslices < __atomic_load_n(&g_min_tasks, __ATOMIC_RELAXED)) return 1;
   int64_t cap = __atomic_load_n(&g_max_threads, __ATOMIC_RELAXED);
   if (cap == 1) return 1;
   XLA_FFI_ThreadPool_NumThreads_Args args;
@@ -349,10 +349,11 @@ int64_t pool_threads(XLA_FFI_CallFrame* frame, const Descriptor* d) {
 bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, void** rets, int64_t threads) {
   int64_t nranges = 1;
   int64_t range = d->tasks;
-  if (d->range_entry != nullptr && d->tasks >= 2 * g_min_range) {
+  int64_t min_range = __atomic_load_n(&g_min_range, __ATOMIC_RELAXED);
+  if (d->range_entry != nullptr && d->tasks >= 2 * min_range) {
     // About four items per thread in all (for balance), no range below g_min_range tasks.
     int64_t want = (4 * threads + d->nslices - 1) / d->nslices;
-    int64_t most = d->tasks / g_min_range;
+    int64_t most = d->tasks / min_range;
     nranges = want < most ? want : most;
     if (nranges < 1) nranges = 1;
     range = d->tasks / nranges;
@@ -605,8 +606,8 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
 // which a call stays on the calling thread (tasks in all) and a launch is not split (tasks per index range).
 void jarp_set_threads(int64_t max_threads, int64_t min_tasks, int64_t min_range) {
   __atomic_store_n(&g_max_threads, max_threads, __ATOMIC_RELAXED);
-  g_min_tasks = min_tasks;
-  g_min_range = min_range < 1 ? 1 : min_range;
+  __atomic_store_n(&g_min_tasks, min_tasks, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_min_range, min_range < 1 ? 1 : min_range, __ATOMIC_RELAXED);
 }
 
 // The counters of calls run on the pool and of the work items they ran (both since the handler was loaded).
