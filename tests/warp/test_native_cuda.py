@@ -154,11 +154,15 @@ class FakeCuda:
 
     def __init__(self) -> None:
         core = _warp_internals.runtime_core()
-        launch, memset = core.wp_cuda_launch_kernel, core.wp_memset_device
+        launch, memset, memcpy = core.wp_cuda_launch_kernel, core.wp_memset_device, core.wp_memcpy_d2d
         assert len(launch.argtypes) == 11
         assert len(memset.argtypes) == 5
+        assert len(memcpy.argtypes) == 5
         self.launch = ctypes.CFUNCTYPE(launch.restype, *launch.argtypes)(self._launch)
         self.memset = ctypes.CFUNCTYPE(memset.restype, *memset.argtypes)(self._memset)
+        self.memcpy = ctypes.CFUNCTYPE(memcpy.restype, *memcpy.argtypes)(self._memcpy)
+        self.memcpys: list[tuple[int, int, int, int, int]] = []
+        self.memcpy_result = True
         self.sizes: list[int] = []
         self.launches: list[dict[str, Any]] = []
         self.memsets: list[tuple[int, int, int, int, int]] = []
@@ -173,8 +177,9 @@ class FakeCuda:
         self.sizes = sizes
         self.launches.clear()
         self.memsets.clear()
+        self.memcpys.clear()
         self.order.clear()
-        self.launch_result, self.memset_result = 0, True
+        self.launch_result, self.memset_result, self.memcpy_result = 0, True, True
         self.error_text.value = b""
 
     def _launch(self, *a: Any) -> int:
@@ -190,6 +195,11 @@ class FakeCuda:
             }
         )
         return self.launch_result
+
+    def _memcpy(self, context: int | None, dst: int | None, src: int | None, nbytes: int, stream: int | None) -> bool:
+        self.order.append("memcpy")
+        self.memcpys.append((context or 0, dst or 0, src or 0, nbytes, stream or 0))
+        return self.memcpy_result
 
     def _memset(self, context: int | None, ptr: int | None, value: int, nbytes: int, stream: int | None) -> bool:
         self.order.append("memset")
@@ -214,7 +224,12 @@ class Env:
         handler.configure(
             {key: _address(cb) for key, cb in self._slow.items()},
             {key: _address(cb) for key, cb in self._resolve.items()},
-            cuda=(_address(self.cuda.launch), _address(self.cuda.memset), _address(self.cuda.error_string)),
+            cuda=(
+                _address(self.cuda.launch),
+                _address(self.cuda.memset),
+                _address(self.cuda.error_string),
+                _address(self.cuda.memcpy),
+            ),
         )
         self.calls = {graph: ctypes.CFUNCTYPE(_P, _P)(handler.address("CUDA", graph)) for graph in (True, False)}
         self.instantiate = {
@@ -502,6 +517,35 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
     monkeypatch.setattr(_warp_internals, "runtime_core", lambda: fake_core)
     executor.run(ctypes.addressof(frame.frame))
     assert (env.cuda.memsets, env.cuda.launches) == native
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_in_out_copies_of_a_partitioned_call_run_first_on_the_stream(
+    fails: bool, fresh: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A partitioned call passes an in-out operand and its result as two buffers (XLA keeps no aliases there): the
+    # handler copies the operand to the result (Warp's wp_memcpy_d2d, on the call's stream) before any zero-fill or
+    # launch. The adjoint plan's cotangent pairs stand in for a partitioned call's in-out pairs.
+    handle, plan = PLANS["adjoint"]()
+    executor = _cuda_executor(plan, monkeypatch)
+    assert plan.aliases
+    executor.copies = [(i, j, plan.results[j].nbytes) for i, j in plan.aliases]
+    assert fresh.handler.publish(handle, 1, executor.describe())
+    frame = _frame(fresh, handle, plan)
+    fresh.reset(_param_sizes(plan, type(executor.bounds)))
+    fresh.cuda.memcpy_result = not fails
+    if fails:
+        assert fresh.call(frame) == ERROR
+        (error,) = fresh.xla.errors
+        assert ": copying an in-out operand to its result before the launch failed" in error[1]
+        assert fresh.cuda.order == ["memcpy"]
+        return
+    assert fresh.call(frame) == 0
+    assert fresh.slow_calls == []
+    assert fresh.cuda.memcpys == [
+        (CONTEXT, frame.ret_ptrs[j], frame.arg_ptrs[i], nbytes, STREAM) for i, j, nbytes in executor.copies
+    ]
+    assert fresh.cuda.order == ["memcpy"] * len(executor.copies) + ["memset"] * len(plan.zero_results) + ["launch"]
 
 
 def test_the_zero_fill_of_an_empty_launch_grid_still_runs(fresh: Env, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -150,8 +150,8 @@ class _PartitionedExecutor:
     batched ones (the same in every batched buffer) and the whole of each operand broadcast across the batch.
     The local batch is read from the frame's first batched buffer and must lie within the plan's batch, dim by
     dim; a frame whose dims are out of those bounds is checked against the whole batch, which explains it.
-    The native handler serves the first local batch it is given (the descriptor of its executor) and passes
-    any other to this one.
+    The native handler serves the first local batch it is given (the descriptor of its executor, with the copies
+    of its in-out pairs) and passes any other to this one.
     """
 
     MAX_PARTS = 16  # local batches kept; beyond, each call of another one builds its executor anew
@@ -310,7 +310,7 @@ class _KernelExecutor(_Executor):
     def describe(self) -> _native.LaunchDescriptor | None:
         """This launch as a descriptor for the native handler; None if it stays on the Python path."""
         templates = [raw for _, raw, _ in self.blocks]
-        if self.copies or not _native.LaunchDescriptor.fits(templates):  # the handler copies nothing
+        if not _native.LaunchDescriptor.fits(templates):
             return None
         args, rets = (
             [(_xla_ffi.dtype_code(np.dtype(dtype)), tuple(int(n) for n in shape)) for dtype, shape in side]
@@ -331,6 +331,7 @@ class _KernelExecutor(_Executor):
             failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
             keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
             tasks=math.prod(self.plan.launch_dims),
+            copies=self.copies,
             **self._threading(),
         )
 

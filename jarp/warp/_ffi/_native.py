@@ -89,6 +89,10 @@ class PointerSlot(ctypes.Structure):
     _fields_ = (("block", _I64), ("word", _I64), ("source", _I64), ("index", _I64), ("offsets", _P))
 
 
+class CopySpec(ctypes.Structure):
+    _fields_ = (("arg", _I64), ("ret", _I64), ("nbytes", _I64))
+
+
 class ZeroFill(ctypes.Structure):
     _fields_ = (("index", _I64), ("nbytes", _I64))
 
@@ -128,6 +132,8 @@ class Descriptor(ctypes.Structure):
         ("concurrent", _I64),
         ("range_entry", _P),
         ("tasks", _I64),
+        ("ncopies", _I64),
+        ("copies", _P),
     )
 
 
@@ -146,6 +152,8 @@ def _expected_layout() -> dict[str, int]:
         "Descriptor.failure": Descriptor.failure.offset,
         "Descriptor.concurrent": Descriptor.concurrent.offset,
         "Descriptor.tasks": Descriptor.tasks.offset,
+        "Descriptor.copies": Descriptor.copies.offset,
+        "sizeof(CopySpec)": ctypes.sizeof(CopySpec),
         "sizeof(BufferSpec)": ctypes.sizeof(BufferSpec),
         "sizeof(PointerSlot)": ctypes.sizeof(PointerSlot),
         "sizeof(ZeroFill)": ctypes.sizeof(ZeroFill),
@@ -201,6 +209,9 @@ class LaunchDescriptor:
         range_entry: (CPU) jarp's ranged forward entry point of a provably race-free kernel (0: none), with which
             the handler may also split each launch into index ranges run concurrently.
         tasks: the launch's thread count (the size of its launch bounds).
+        copies: ``(argument index, result index, bytes)`` of each in-out operand a partitioned call passes apart
+            from its result (XLA's partitioned call keeps no aliases): copied to the result first, unless XLA
+            gave both the same buffer.
     """
 
     def __init__(
@@ -221,6 +232,7 @@ class LaunchDescriptor:
         concurrent: bool = False,
         range_entry: int = 0,
         tasks: int = 0,
+        copies: Sequence[tuple[int, int, int]] = (),
     ) -> None:
         self._keep: list[Any] = [keep]
         d = Descriptor()
@@ -251,6 +263,8 @@ class LaunchDescriptor:
             d.nparams, d.params = len(params), self._own(table)
         d.failure = self._own(ctypes.create_string_buffer(failure.encode("utf-8", "replace")))
         d.concurrent, d.range_entry, d.tasks = int(concurrent), range_entry or None, tasks
+        table = (CopySpec * max(len(copies), 1))(*[CopySpec(i, j, n) for i, j, n in copies])
+        d.ncopies, d.copies = len(copies), self._own(table)
         self.descriptor = d
         self.address = ctypes.addressof(d)
 
@@ -302,7 +316,7 @@ class NativeHandler:
         if missing:
             raise RuntimeError(f"symbols missing from the compiled handler: {', '.join(missing)}")
         self._check_layout()
-        self._configure = ctypes.CFUNCTYPE(None, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
+        self._configure = ctypes.CFUNCTYPE(None, _P, _P, _P, _P, _P, _P)(self._symbols["jarp_configure"])
         self._take_released = ctypes.CFUNCTYPE(_I64, ctypes.POINTER(_I64), _I64)(self._symbols["jarp_take_released"])
         self._released_lock = threading.Lock()
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _P)(self._symbols["jarp_add_chunk"])
@@ -392,7 +406,7 @@ class NativeHandler:
         self,
         slow: dict[tuple[str, bool], int],
         resolve: dict[tuple[str, bool], int],
-        cuda: tuple[int, int, int] | None = None,
+        cuda: tuple[int, int, int, int] | None = None,
     ) -> None:
         """Set the Python callbacks (keyed like the handlers); call before registering.
 
@@ -403,18 +417,19 @@ class NativeHandler:
                 ``XLA_FFI_Error* resolve(XLA_FFI_CallFrame*, int64_t out[2])`` writes the plan handle and a
                 lease id the call's description resolves to.
             cuda: the addresses of functions with the signatures of Warp's ``wp_cuda_launch_kernel``,
-                ``wp_memset_device`` and ``wp_get_error_string``, which the CUDA handlers call (the last one
-                for the message of a failed launch or memset); None (the default) for Warp's own where CUDA
+                ``wp_memset_device``, ``wp_get_error_string`` and ``wp_memcpy_d2d``, which the CUDA handlers call
+                (the third for the message of a failed launch, memset or copy); None (the default) for Warp's own where CUDA
                 is available (and none otherwise: no CUDA frame can reach the handler then).
         """
-        cuda_launch = cuda_memset = error_string = 0
+        cuda_launch = cuda_memset = error_string = cuda_memcpy = 0
         if cuda is not None:
-            cuda_launch, cuda_memset, error_string = cuda
+            cuda_launch, cuda_memset, error_string, cuda_memcpy = cuda
         elif wp.is_cuda_available():
             cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
+            cuda_memcpy = _warp_internals.cuda_memcpy_address()
             error_string = _warp_internals.error_string_address()
         self._callbacks = ((_P * 4)(*[slow[k] for k in _ORDER]), (_P * 4)(*[resolve[k] for k in _ORDER]))
-        self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string)
+        self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string, cuda_memcpy)
 
     def set_threads(self, max_threads: int, min_tasks: int, min_range: int) -> None:
         """Set the CPU thread cap (0: XLA's pool size) and the thresholds of pool dispatch (see `_threads`)."""

@@ -50,6 +50,12 @@ struct PointerSlot {       // a pointer word of an argument block, patched per c
   const int64_t* offsets;  // byte offset of each batch slice (nslices entries)
 };
 
+struct CopySpec {  // an in-out operand copied to its result first (a partitioned call keeps no aliases)
+  int64_t arg;
+  int64_t ret;
+  int64_t nbytes;
+};
+
 struct ZeroFill {  // a result zeroed before the launch
   int64_t index;
   int64_t nbytes;
@@ -90,6 +96,8 @@ struct Descriptor {
   int64_t concurrent;   // 1: the batch slices write disjoint memory and share no state, so may run concurrently
   void* range_entry;    // jarp's ranged forward entry (a provably race-free kernel), or null: never split a launch
   int64_t tasks;        // the launch's thread count (the launch bounds' size)
+  int64_t ncopies;
+  const CopySpec* copies;
 };
 
 // ---- the table ----
@@ -104,6 +112,7 @@ typedef XLA_FFI_Error* (*SlowPath)(XLA_FFI_CallFrame*, int64_t);  // the frame, 
 typedef XLA_FFI_Error* (*Resolve)(XLA_FFI_CallFrame*, int64_t*);
 typedef size_t (*CudaLaunch)(void*, void*, size_t, int, int, int, int, int, void**, void*, const void*);
 typedef bool (*CudaMemset)(void*, void*, int, size_t, void*);
+typedef bool (*CudaMemcpy)(void*, void*, void*, size_t, void*);
 typedef const char* (*ErrorString)();
 typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
@@ -114,6 +123,7 @@ SlowPath g_slow[4];  // [platform * 2 + graph]
 Resolve g_resolve[4];  // [platform * 2 + graph]: the instantiate stage's Python side
 CudaLaunch g_cuda_launch;
 CudaMemset g_cuda_memset;
+CudaMemcpy g_cuda_memcpy;
 ErrorString g_error_string;  // Warp's wp_get_error_string: why its last CUDA call failed
 // Interpreter exit (jarp's atexit hook): once g_exiting is set, no frame goes to the Python callback, and the
 // hook waits until g_in_python (the calls already inside it) drains. A worker thread that takes the GIL after
@@ -498,6 +508,17 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     if (err != nullptr) return err;
     stream = args.stream;
   }
+  for (int64_t c = 0; c < d->ncopies; ++c) {
+    void* src = ptrs[0][d->copies[c].arg];
+    void* dst = ptrs[1][d->copies[c].ret];
+    size_t nbytes = static_cast<size_t>(d->copies[c].nbytes);
+    if (src == dst) continue;  // XLA gave the result the operand's buffer after all
+    if (!kCuda) {
+      memcpy(dst, src, nbytes);
+    } else if (!g_cuda_memcpy(d->context, dst, src, nbytes, stream)) {
+      return cuda_failure(frame, d, ": copying an in-out operand to its result before the launch failed");
+    }
+  }
   for (int64_t z = 0; z < d->nzero; ++z) {
     void* dst = ptrs[1][d->zero[z].index];
     size_t nbytes = static_cast<size_t>(d->zero[z].nbytes);
@@ -590,9 +611,9 @@ XLA_FFI_Error* jarp_floor_handler(XLA_FFI_CallFrame* frame) {
 }
 
 // Set once, before the handlers are registered: the Python callbacks ([platform * 2 + graph], for the execute
-// and the instantiate stage), and Warp's CUDA launch, memset and error-string functions.
+// and the instantiate stage), and Warp's CUDA launch, memset, error-string and device-to-device copy functions.
 void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, void* cuda_memset,
-                    void* error_string) {
+                    void* error_string, void* cuda_memcpy) {
   for (int i = 0; i < 4; ++i) {
     g_slow[i] = reinterpret_cast<SlowPath>(slow[i]);
     g_resolve[i] = reinterpret_cast<Resolve>(resolve[i]);
@@ -600,6 +621,7 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
   g_cuda_launch = reinterpret_cast<CudaLaunch>(cuda_launch);
   g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
   g_error_string = reinterpret_cast<ErrorString>(error_string);
+  g_cuda_memcpy = reinterpret_cast<CudaMemcpy>(cuda_memcpy);
 }
 
 // Cap jarp's CPU threads per call (0: XLA's pool size; 1: the calling thread only) and set the thresholds below
@@ -651,6 +673,8 @@ extern const int64_t jarp_layout[] = {
     static_cast<int64_t>(__builtin_offsetof(Descriptor, failure)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, concurrent)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, tasks)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, copies)),
+    static_cast<int64_t>(sizeof(CopySpec)),
     static_cast<int64_t>(sizeof(BufferSpec)),
     static_cast<int64_t>(sizeof(PointerSlot)),
     static_cast<int64_t>(sizeof(ZeroFill)),

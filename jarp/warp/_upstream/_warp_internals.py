@@ -616,6 +616,11 @@ def error_string_address() -> int:
     return _address(runtime_core().wp_get_error_string)
 
 
+def cuda_memcpy_address() -> int:
+    """The address of Warp's native ``wp_memcpy_d2d`` (the call `cuda_copy` makes), for native callers."""
+    return _address(runtime_core().wp_memcpy_d2d)
+
+
 def cuda_memset_address() -> int:
     """The address of Warp's native ``wp_memset_device`` (the call `cuda_memset` makes), for native callers."""
     return _address(runtime_core().wp_memset_device)
