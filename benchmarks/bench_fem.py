@@ -50,7 +50,7 @@ import numpy as np
 import warp as wp
 
 jax.config.update("jax_enable_x64", True)  # float64 must be available; every array below has an explicit dtype
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import warp as wp
 
 sys.path.insert(0, str(Path(__file__).parent))
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 import _kernels as K  # noqa: E402
 

@@ -29,7 +29,7 @@ import warp as wp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 from jarp.warp import jax_kernel  # noqa: E402
 

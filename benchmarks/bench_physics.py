@@ -31,7 +31,7 @@ import warp as wp
 import jarp.warp
 
 jax.config.update("jax_enable_x64", True)  # float64 must be available; every array below has an explicit dtype
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 
 @wp.kernel

@@ -56,7 +56,7 @@ from jaxtyping import Array, Float, Int
 import jarp.warp
 
 jax.config.update("jax_enable_x64", True)  # the physics runs in float64: set before any array is created
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 LOAD = 3.0  # total weight of the net, and of the bar along its bottom edge (in units of the stiffness)
 

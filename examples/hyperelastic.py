@@ -54,7 +54,7 @@ from jaxtyping import Array, Float, Int
 
 import jarp.warp
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 DENSITY = 1000.0  # kg / m^3 (rubber-like)
 GRAVITY = 9.81  # m / s^2, along -z

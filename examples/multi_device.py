@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 import jarp.warp
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 
 @wp.kernel

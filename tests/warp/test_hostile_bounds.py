@@ -41,7 +41,7 @@ SUBPROCESS_TIMEOUT = 240
 _PRELUDE = """
 import sys
 import jax, jax.numpy as jnp, numpy as np, warp as wp
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 {setup}
 from jarp.warp import jax_callable, jax_kernel
 from tests.warp.support import kernels_hostile as kh

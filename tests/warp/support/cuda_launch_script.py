@@ -35,7 +35,7 @@ import jarp.warp as jw  # noqa: E402
 from jarp.warp._plan import _analysis  # noqa: E402
 from jarp.warp._upstream import _warp_internals  # noqa: E402
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 MODULES = (
     "tests.warp.support.kernels",
