@@ -299,3 +299,33 @@ def test_the_cap_reaches_a_fresh_process_handler() -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=_ROOT, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_a_ranged_entry_that_fails_to_build_leaves_the_launch_whole(
+    monkeypatch: pytest.MonkeyPatch, restore_threads: None
+) -> None:
+    from jarp.warp._upstream import _warp_internals
+
+    def fail(*args: object) -> int:
+        raise RuntimeError("Warp's bundled Clang failed to compile (a test)")
+
+    monkeypatch.setattr(_warp_internals, "ranged_cpu_entry", fail)
+    size = _threads.MIN_TASKS + 12_345  # a plan no other test made: its executor is built here
+    x = jnp.asarray(np.random.default_rng(8).standard_normal(size), jnp.float32)
+    w = jnp.ones(size, jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(lambda x: kernel(x, w)[0])
+    jw.set_cpu_threads(0)
+    if NATIVE:
+        with pytest.warns(RuntimeWarning, match=r"could not build its ranged entry point.*one thread"):
+            out = np.asarray(f(x))
+    else:
+        out = np.asarray(f(x))  # the Python path never asks for one
+    before = _pool_calls()
+    again = np.asarray(jax.block_until_ready(f(x)))
+    assert _pool_calls() == before  # one launch, not split
+    assert _bits(out) == _bits(again)
+    ref = np.asarray(x)
+    for _ in range(4):
+        ref = np.sin(ref) + 0.5 * ref
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)

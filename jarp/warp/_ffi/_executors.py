@@ -17,6 +17,7 @@ import ctypes
 import dataclasses
 import math
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -411,7 +412,16 @@ class _CpuKernelExecutor(_KernelExecutor):
         concurrent = not self.plan.shares_cpu_state
         range_entry = 0
         if concurrent and self.plan.race_free and math.prod(self.plan.launch_dims) >= 2 * _threads.MIN_RANGE:
-            range_entry = _warp_internals.ranged_cpu_entry(self.plan.target, self.entry)
+            try:
+                range_entry = _warp_internals.ranged_cpu_entry(self.plan.target, self.entry)
+            except RuntimeError as e:  # an optimisation only: the launch stays whole, the call still runs
+                warnings.warn(
+                    f"{self.plan.name}: jarp could not build its ranged entry point for kernel "
+                    f"{self.plan.target.key!r} ({e}); its CPU launches run on one thread. Please report this "
+                    "with `python -m jarp`'s output.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return {"concurrent": concurrent, "range_entry": range_entry}
 
     def _guarded(self, bounds: int, *blocks: Any) -> None:
