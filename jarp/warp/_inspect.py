@@ -96,6 +96,9 @@ class PlanInfo:
             the ``@wp.func`` functions it calls write no array), with no atomics, tiles or printing: its CPU launch
             may be split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
             fails (it is conservative: anything it does not recognise counts as a possible race).
+        concurrent_slices: the batch slices of a CPU call may run at once, on XLA's CPU thread pool: the kernel
+            uses no tiles and prints nothing, also in the functions it calls (atomics are fine: each slice writes
+            its own buffers). False for callables and whenever jarp cannot read the kernel.
         target: the launched object itself: the ``wp.Kernel`` overload, or the function.
     """
 
@@ -117,6 +120,7 @@ class PlanInfo:
     devices: tuple[str, ...]
     block_dim: int | None = None
     race_free: bool = False
+    concurrent_slices: bool = False
     target: Any = dataclasses.field(repr=False, compare=False, default=None)
 
     def __str__(self) -> str:
@@ -133,7 +137,7 @@ class PlanInfo:
             f"  zero-filled results {self.zero_results}, aliases (operand, result) {self.aliases}, "
             f"runtime scalar operands {self.scalar_operands}",
             f"  side effect {self.has_side_effect}, CUDA-graph compatible {self.graph_compatible}, "
-            f"race-free {self.race_free}",
+            f"race-free {self.race_free}, concurrent slices {self.concurrent_slices}",
             *(f"  {p}" for p in self.params),
         ]
         return "\n".join(lines)
@@ -199,6 +203,7 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         devices=devices,
         block_dim=plan.block_dim,
         race_free=plan.race_free,
+        concurrent_slices=not plan.shares_cpu_state,
         target=target,
     )
 

@@ -416,6 +416,8 @@ def test_plans_say_whether_their_slices_may_run_at_once() -> None:
     (info,) = _infos(jax.vmap(lambda w: atomic(indices, w)[0]), weights)
     tiled = jax_kernel(kt.tile_copy, launch_dims=(8,), output_dims={"out": 64}, **_NO_PRELOAD)
     (tile_info,) = _infos(jax.vmap(lambda x: tiled(x)[0]), jnp.ones((2, 64), jnp.float32))
+    assert (info.concurrent_slices, tile_info.concurrent_slices) == (True, False)
+    assert "concurrent slices False" in str(tile_info)
     plan, tile_plan = registry.plan(info.handle), registry.plan(tile_info.handle)
     assert (plan.race_free, plan.shares_cpu_state) == (False, False)  # atomics: slices at once, never ranges
     assert (tile_plan.race_free, tile_plan.shares_cpu_state) == (False, True)
