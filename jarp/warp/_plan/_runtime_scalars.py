@@ -197,7 +197,8 @@ def rebuild(
 ) -> wp.Kernel:
     """A new kernel from ``source`` with parameters ``params`` (concrete Warp types), in a module of its own.
 
-    Its name and module name are ``kernel``'s with ``tag`` appended; ``options`` are the new module's options. The
+    Its name and module name are ``kernel``'s with ``tag`` appended; the new module has ``kernel``'s module options
+    with ``options`` over them, and the new kernel ``kernel``'s kernel options (it builds as ``kernel`` does). The
     function object carries ``kernel``'s code, globals and closure (what the source's names resolve against) and
     the given parameters as its signature, so a concrete overload of a generic kernel stays concrete.
     """
@@ -211,7 +212,7 @@ def rebuild(
     func.__annotations__ = annotations
     key = f"{kernel.key}{tag}"
     module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{tag}"
-    return _warp_internals.make_kernel(func, source, key, module_name, options)
+    return _warp_internals.make_kernel(func, source, key, module_name, options, like=kernel)
 
 
 @weak_cache(lock=_warp_internals.warp_lock)

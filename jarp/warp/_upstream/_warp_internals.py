@@ -210,19 +210,29 @@ def kernel_source(kernel: wp.Kernel) -> str:
 
 
 def make_kernel(
-    func: Callable[..., Any], source: str, key: str, module_name: str, options: dict[str, Any] | None = None
+    func: Callable[..., Any],
+    source: str,
+    key: str,
+    module_name: str,
+    options: dict[str, Any] | None = None,
+    like: wp.Kernel | None = None,
 ) -> wp.Kernel:
     """Build a kernel from explicit source in its own module (so the original module is not rebuilt).
 
     ``func`` supplies the parameter annotations (``__signature__``/``__annotations__``),
-    globals and closure that the source's names resolve against; ``options`` are module options
-    (``{"mode": "debug"}``) of the new module.
+    globals and closure that the source's names resolve against. The new module takes the module options of
+    ``like``'s module (``fast_math``, ``enable_backward``, ``max_unroll``, ``mode``...) and the kernel takes
+    ``like``'s kernel options, so a variant builds as the kernel it derives from; ``options`` are module options
+    applied over them (``{"mode": "debug"}``).
     """
     with _WARP_LOCK:
         module = wp.get_module(module_name)
+        if like is not None:
+            module.options.update(like.module.options)
         if options:
             module.options.update(options)
-        return wp.Kernel(func, key=key, module=module, source=source)
+        kernel_options = dict(like.options) if like is not None else None
+        return wp.Kernel(func, key=key, module=module, options=kernel_options, source=source)
 
 
 def registered_kernel(module_name: str, key: str) -> wp.Kernel | None:
