@@ -25,6 +25,7 @@ from ._values import Runs
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 _MISSING = object()
+_UNREADABLE = object()
 
 
 def plan_race_free(
@@ -101,12 +102,8 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
             return f"line {line}: a computed callee"
         if _analysis.sharing_call(name):
             return f"line {line}: {name}"
-        head, *rest = name.split(".")
-        try:
-            obj = _resolve(kernel.func, head)
-            for attr in rest:
-                obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
-        except Exception:  # a user object's attribute that raises: the proof fails, never the trace
+        obj = _resolve_path(kernel.func, name)
+        if obj is _UNREADABLE:
             return f"line {line}: {name}: not readable"
         if isinstance(obj, wp.Function):
             if obj.is_builtin():
@@ -124,17 +121,23 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
 
 def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
     for name, line in calls:
-        head, *rest = name.split(".")
-        try:
-            obj = _resolve(func, head)
-            for attr in rest:
-                obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
-        except Exception:  # a user object's attribute that raises: the proof fails, never the trace
-            obj = _MISSING
-        reason = _callee_blocker(obj, name, func, depth)
+        obj = _resolve_path(func, name)
+        reason = _callee_blocker(_MISSING if obj is _UNREADABLE else obj, name, func, depth)
         if reason is not None:
             return f"line {line}: {name}: {reason}"
     return None
+
+
+def _resolve_path(func: Any, name: str) -> Any:
+    """The object a dotted call name (``wp.sin``, ``helpers.f``) refers to, `_MISSING`, or `_UNREADABLE`."""
+    head, *rest = name.split(".")
+    try:
+        obj = _resolve(func, head)
+        for attr in rest:
+            obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
+    except Exception:  # a user object's attribute that raises: the proof fails, never the trace
+        return _UNREADABLE
+    return obj
 
 
 def _resolve(func: Any, name: str) -> Any:
