@@ -8,6 +8,7 @@ native launch descriptors dropped with their plans. Measured with weak reference
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 import time
@@ -296,6 +297,40 @@ def test_dropped_code_is_unloaded_under_warps_lock(monkeypatch: pytest.MonkeyPat
     assert _alive([ref]) == 0
     (y,) = jax_kernel(later)(x)
     np.testing.assert_array_equal(y, np.arange(4.0) * 7)
+
+
+def test_a_withdrawn_launch_descriptor_lets_go_of_its_code() -> None:
+    # A withdrawn descriptor's memory is kept until the next withdrawal (a handler may have read it just before),
+    # which may come much later or never; its code must not be: `_executors._retained` keeps the code while its
+    # kernel lives, and a collected kernel's module is unloaded at the next safe point, not at another release.
+    native = _native.handler()
+    assert native is not None, _native.status()
+
+    class Code:  # for an EntryPoints
+        pass
+
+    code, bounds = Code(), ctypes.c_int64(0)
+    descriptor = _native.LaunchDescriptor(
+        args=(),
+        rets=(),
+        zero=(),
+        launch=False,
+        nslices=1,
+        templates=(bytes(8),),
+        slots=(),
+        bounds=ctypes.addressof(bounds),
+        entry=0,
+        keep=bounds,
+        code=code,
+    )
+    held, code_ref = weakref.ref(descriptor), weakref.ref(code)
+    handle = native.CHUNK_HANDLES * native.MAX_CHUNKS - 1  # the table's last handle: no plan reaches it here
+    assert native.publish(handle, 0, descriptor)
+    del descriptor, code
+    assert _alive([code_ref]) == 1  # published: the handler may call it
+    native.withdraw([handle])
+    assert _alive([held]) == 1  # its memory is kept (until the next withdrawal)
+    assert _alive([code_ref]) == 0  # its code is not
 
 
 def test_code_dropped_during_another_threads_build_waits_for_the_lock() -> None:

@@ -330,7 +330,8 @@ class _KernelExecutor(_Executor):
             entry=entry,
             cuda=self._cuda_launch(),
             failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
-            keep=(self.entry, self.bounds),  # the code and the launch bounds the addresses point into (not the plan)
+            keep=self.bounds,  # the memory the addresses point into (not the plan)
+            code=self.entry,  # the code ``entry`` points into, while published (then `_retained` keeps it)
             tasks=math.prod(self.plan.launch_dims),
             copies=self.copies,
             **self._threading(),

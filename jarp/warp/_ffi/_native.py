@@ -203,7 +203,9 @@ class LaunchDescriptor:
             ``params`` lists ``(block, byte offset)`` of each kernel parameter (block 2: the bounds).
         failure: how the message of a failed CUDA launch or memset begins; the handler adds what failed and
             Warp's diagnosis of the CUDA error (``wp_get_error_string``).
-        keep: objects the raw addresses point into (entry points, bounds).
+        keep: memory the raw addresses point into (the launch bounds), held as long as the descriptor.
+        code: the loaded code ``entry`` points into (an ``EntryPoints``), held only while the descriptor is
+            published (`NativeHandler.withdraw` lets go of it).
         concurrent: (CPU) the batch slices write disjoint memory and share no state, so the handler may run
             them concurrently on XLA's thread pool.
         range_entry: (CPU) jarp's ranged forward entry point of a provably race-free kernel (0: none), with which
@@ -229,12 +231,14 @@ class LaunchDescriptor:
         cuda: tuple[int, int, int, int, int, int, Sequence[tuple[int, int]]] | None = None,
         failure: str = "jarp: the native launch failed",
         keep: Any = None,
+        code: Any = None,
         concurrent: bool = False,
         range_entry: int = 0,
         tasks: int = 0,
         copies: Sequence[tuple[int, int, int]] = (),
     ) -> None:
         self._keep: list[Any] = [keep]
+        self._code = code
         d = Descriptor()
         d.nargs, d.nrets = len(args), len(rets)
         d.args = self._buffers(args)
@@ -267,6 +271,10 @@ class LaunchDescriptor:
         d.ncopies, d.copies = len(copies), self._own(table)
         self.descriptor = d
         self.address = ctypes.addressof(d)
+
+    def drop_code(self) -> None:
+        """Let go of the loaded code (on withdrawal; `_executors._retained` keeps it while its kernel lives)."""
+        self._code = None
 
     def _own(self, obj: Any) -> int:
         self._keep.append(obj)
@@ -458,7 +466,10 @@ class NativeHandler:
         """Withdraw every descriptor of ``handles`` (released plans).
 
         The memory of a withdrawn descriptor is kept until the next withdrawal, so a handler that
-        loaded it just before is done with it (no executable uses a released plan any more).
+        loaded it just before is done with it (no executable uses a released plan any more). Its code is
+        not: the next withdrawal may come much later, or never, and would keep a collected kernel's module
+        loaded (and its ``ModuleExec`` alive) until then. The released executor's code is kept instead by
+        `_executors._retained` for exactly as long as something may still call it: while its kernel lives.
         """
         with self._lock:
             old, self._withdrawn = self._withdrawn, []
@@ -467,6 +478,7 @@ class NativeHandler:
                     descriptor = self._published.pop((handle, slot), None)
                     if descriptor is not None:
                         self._publish(handle, slot, None)
+                        descriptor.drop_code()
                         self._withdrawn.append(descriptor)
         del old
 
