@@ -7,6 +7,7 @@ and the cached executable traces the module's own pipeline (`_trace`) once.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import threading
 import weakref
@@ -49,8 +50,8 @@ class _Executables:
     life of the process. Instead each module gets its own jitted function, which reaches the
     module only through a weak reference and is dropped when the module is collected: JAX's
     caches keyed on that function go with it. A module built again equal to one that was
-    collected shortly before (``jax_kernel(k)(x)`` in a loop) is recognised by its hash and
-    held among the last ``RECENT`` such modules, so that it does not retrace on every call;
+    collected shortly before (``jax_kernel(k)(x)`` in a loop) is recognised by its hash and its kernel
+    (`_rebuilt`) and held among the last ``RECENT`` such modules, so that it does not retrace on every call;
     ``jax.clear_caches()`` releases them.
     """
 
@@ -64,7 +65,10 @@ class _Executables:
         self._by_value: weakref.WeakKeyDictionary[Any, tuple[Any, list[weakref.ref[Any]]]] = weakref.WeakKeyDictionary()
         self._recent: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._pinned: set[int] = set()  # ids of live modules rebuilt equal to a collected one
-        self._died: collections.deque[int] = collections.deque(maxlen=self.DIED)
+        # (hash, `_witness`) of recently collected modules
+        self._died: collections.deque[tuple[int, tuple[weakref.ref[Any], ...] | None]] = collections.deque(
+            maxlen=self.DIED
+        )
         self._lock = threading.Lock()
 
     def get(self, module: Any) -> Any:
@@ -86,10 +90,10 @@ class _Executables:
             if box[0]() is None:
                 box[0] = ref
             self._by_id[id(module)] = (ref, fn, box)
-            digest = hash(module)
-            if digest in self._died:
+            digest, witness = hash(module), _witness(module)
+            if self._rebuilt(module, digest):
                 self._pinned.add(id(module))
-            weakref.finalize(module, self._forget, id(module), ref, digest)
+            weakref.finalize(module, self._forget, id(module), ref, digest, witness)
         return fn
 
     def ran(self, module: Any) -> None:
@@ -102,12 +106,32 @@ class _Executables:
             while len(recent) > self.RECENT:
                 recent.popitem(last=False)
 
-    def _forget(self, key: int, ref: weakref.ref[Any], digest: int) -> None:
+    def _rebuilt(self, module: Any, digest: int) -> bool:
+        """Whether ``module`` equals one collected recently: the same hash, and the same objects where it
+        compares by identity (its kernel).
+
+        The hash alone is not enough: a kernel hashes by its address, which a new kernel often gets once the old
+        one is collected (``jax_kernel(make_kernel(i))(x)`` in a loop), and pinning that unrelated module would
+        keep it, its kernel and its plans until ``jax.clear_caches()``. An object a collected module compared by
+        identity is the same object only if it is still alive (its weak reference resolves to it).
+        """
+        values = _identity_fields(module)
+        return any(
+            died == digest
+            and witness is not None
+            and len(witness) == len(values)
+            and all(r() is v for r, v in zip(witness, values, strict=True))
+            for died, witness in tuple(self._died)  # a copy: a finaliser may append on any thread
+        )
+
+    def _forget(
+        self, key: int, ref: weakref.ref[Any], digest: int, witness: tuple[weakref.ref[Any], ...] | None
+    ) -> None:
         entry = self._by_id.get(key)
         if entry is not None and entry[0] is ref:
             del self._by_id[key]
             self._pinned.discard(key)
-        self._died.append(digest)
+        self._died.append((digest, witness))
 
     def cache_clear(self) -> None:
         """Forget the recent modules (``jax.clear_caches()`` calls this)."""
@@ -115,6 +139,23 @@ class _Executables:
             for key in self._recent:
                 self._pinned.discard(key)
             self._recent.clear()
+
+
+def _identity_fields(module: Any) -> tuple[Any, ...]:
+    """The field values of ``module`` that compare and hash by identity (a Warp kernel, a module-level function).
+
+    None (an option left out) hashes by identity too, but is never collected.
+    """
+    values = (getattr(module, f.name) for f in dataclasses.fields(module))
+    return tuple(v for v in values if v is not None and type(v).__hash__ is object.__hash__)
+
+
+def _witness(module: Any) -> tuple[weakref.ref[Any], ...] | None:
+    """Weak references to `_identity_fields` (None if one cannot be weakly referenced: then no module matches)."""
+    try:
+        return tuple(weakref.ref(v) for v in _identity_fields(module))
+    except TypeError:
+        return None
 
 
 def _weak_impl(box: list[weakref.ref[Any]], *args: Any) -> Any:

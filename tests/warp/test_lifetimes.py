@@ -144,6 +144,31 @@ def test_dropped_kernels_are_released_without_clearing_jax_caches() -> None:
     assert _alive_settled(refs) <= 2
 
 
+def test_an_eager_module_is_held_only_when_rebuilt_equal_to_a_collected_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An eager call's module rebuilt equal to one collected shortly before is held until jax.clear_caches(), so that
+    # `jax_kernel(k)(x)` in a loop does not retrace. A kernel hashes by its address, which a new kernel often gets
+    # once an old one is collected: its module then hashes like the collected one's, and only the kernel's identity
+    # tells them apart. Here every module hashes alike, as if each new kernel took a collected one's address.
+    from jarp.warp import _eager
+    from tests.warp.support.kernels import count_lowerings
+
+    monkeypatch.setattr(_eager, "hash", lambda module: 0, raising=False)
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(3)
+    for _ in range(2):  # the first module is collected after its call; the second is rebuilt equal to it: held
+        (y,) = jax_kernel(kernel)(x)
+    with count_lowerings() as lowerings:
+        (y,) = jax_kernel(kernel)(x)  # shares the held module's executable
+    assert lowerings() == 0
+    other = jax_kernel(_make_kernel(4))  # a hash like theirs, but another kernel: not held
+    ref = weakref.ref(other)
+    (y,) = other(x)
+    np.testing.assert_array_equal(y, np.arange(4.0) * 4)
+    del other, y
+    assert _alive([ref]) == 0
+    jax.clear_caches()
+
+
 def test_dropped_callable_is_released() -> None:
     def make(i: int) -> Callable[..., None]:
         kernel = _make_kernel(i)
