@@ -20,6 +20,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
+from tests.warp.support import kernels as k
 from tests.warp.support import kernels_hostile as kh
 from tests.warp.support.hostile import (
     CASES,
@@ -151,3 +152,13 @@ def test_in_out_arguments_leave_the_callers_array_intact(kind):
         (out,) = batched(jnp.ones((2, 3)), acc)
         np.testing.assert_array_equal(out, np.full((2, 3), 11, np.float32))
     assert_unchanged(snap)
+
+
+def test_a_scatter_spelled_plus_equals_reads_its_index_array() -> None:
+    # ``out[indices[i]] += w[i]`` writes ``out`` only; ``indices`` is an input (it was once taken for a written one,
+    # and the kernel refused as writing an input).
+    scatter = jax_kernel(k.scatter_plus_kernel, num_outputs=1, output_dims={"out": 4})
+    indices = np.array([0, 3, 3, 1, 0, 3], np.int32)
+    weights = np.array([1.0, 2.0, 0.5, 4.0, 0.25, 8.0], np.float32)
+    (out,) = jax.jit(lambda i, w: scatter(i, w))(jnp.asarray(indices), jnp.asarray(weights))
+    np.testing.assert_array_equal(out, np.bincount(indices, weights, minlength=4).astype(np.float32))

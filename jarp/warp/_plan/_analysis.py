@@ -108,6 +108,34 @@ def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> i
     return uses
 
 
+def stored_array(target: ast.expr) -> ast.expr | None:
+    """The array a store target writes: what its innermost subscript indexes (``a`` in ``a[i]``, ``a[i][j]`` and
+    ``a[i].x``; ``s.f`` in ``s.f[i]``), or None for a target with no subscript (a local, ``v.x`` of a local).
+
+    Only that array is written: the index expressions are reads (``out[index[i]] += x`` writes ``out``, not
+    ``index``).
+    """
+    node, base = target, None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Subscript):
+            base = node.value
+        node = node.value
+    return base
+
+
+def _store_targets(targets: list[ast.expr]) -> list[ast.expr]:
+    """Assignment targets with tuples and starred names unpacked (``a[i], b[i] = ...``)."""
+    out: list[ast.expr] = []
+    for t in targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            out.extend(_store_targets(list(t.elts)))
+        elif isinstance(t, ast.Starred):
+            out.extend(_store_targets([t.value]))
+        else:
+            out.append(t)
+    return out
+
+
 @functools.lru_cache(maxsize=1024)
 def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
     """Which of ``names`` the kernel assigns with a plain store (``a[i] = ...``), not only accumulates into.
@@ -123,10 +151,10 @@ def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
     stored = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
-            for target in node.targets:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in names:
-                        stored.add(sub.value.id)
+            for target in _store_targets(node.targets):
+                base = stored_array(target)
+                if isinstance(base, ast.Name) and base.id in names:
+                    stored.add(base.id)
     return tuple(n for n in names if n in stored)
 
 
@@ -161,11 +189,10 @@ def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...]
     written = set()
 
     def mark(expr: ast.expr) -> None:
-        for sub in ast.walk(expr):
-            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in alias:
-                written.add(alias[sub.value.id])
-            elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Subscript):
-                mark(sub.value)
+        for target in _store_targets([expr]):
+            base = stored_array(target)
+            if isinstance(base, ast.Name) and base.id in alias:
+                written.add(alias[base.id])
 
     calls = []
     for node in ast.walk(tree):
@@ -229,10 +256,8 @@ def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...
             targets = list(node.targets)
         elif isinstance(node, ast.AugAssign):
             targets = [node.target]
-        for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Subscript):
-                    mark(sub.value)
+        for target in _store_targets(targets):
+            mark(stored_array(target))
         if isinstance(node, ast.Call) and node.args:
             func = node.func
             fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

@@ -389,3 +389,11 @@ def count_lowerings():
         yield lambda: len(events)
     finally:
         jax_util.test_event_listener = previous
+
+
+@wp.kernel
+def scatter_plus_kernel(indices: wp.array(dtype=int), weights: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # the same scatter as scatter_add_kernel, spelled ``+=`` (Warp compiles it to the same atomic); ``indices`` is
+    # read in the store's index, never written
+    i = wp.tid()
+    out[indices[i]] += weights[i]
