@@ -18,7 +18,7 @@ from jarp.warp._inspect import PlanInfo, list_plans
 from jarp.warp._plan import _analysis
 from jarp.warp._plan._analysis import overwritten_outputs
 from jarp.warp._plan._describe import describe, rebuild
-from jarp.warp._plan._races import race_blocker, sharing_blocker
+from jarp.warp._plan._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels as k
@@ -89,6 +89,7 @@ def test_written_struct_fields(body, written):
         ("b = a\n    b[index[i]] = 1.0", ("a",)),
         ("v = wp.vec3()\n    v[0] = a[i]\n    out[i] = v[0]", ("out",)),
         ("wp.atomic_add(out, index[i], a[i])", ("out",)),
+        ("h = Holder()\n    h.arr = a\n    h.arr[0] = 1.0", ("a",)),  # through a local struct's field
     ],
 )
 def test_written_arrays(body: str, written: tuple[str, ...]) -> None:
@@ -268,9 +269,9 @@ def test_harmless_calls(name: str) -> None:
 # -- whole kernels: the called functions followed -----------------------------------------------------------------------
 
 
-def _blocker(kernel: wp.Kernel) -> str | None:
+def _blocker(kernel: wp.Kernel, launch_ndim: int = 1) -> str | None:
     sig = make_signature(_warp_internals.kernel_params(kernel), 1, (), what="test")
-    return race_blocker(kernel, sig.params)
+    return race_blocker(kernel, sig.params, launch_ndim)
 
 
 @pytest.mark.parametrize(
@@ -296,7 +297,42 @@ def _blocker(kernel: wp.Kernel) -> str | None:
     ids=lambda v: getattr(v, "key", None) if isinstance(v, wp.Kernel) else None,
 )
 def test_race_blocker_follows_called_functions(kernel: wp.Kernel, blocker: str | None) -> None:
-    _check_reason(_blocker(kernel), blocker)
+    ndim = 2 if kernel is kr.FEM_OVERLOADS["cell_energy_kernel"] else 1
+    _check_reason(_blocker(kernel, ndim), blocker)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "ndim", "blocker"),
+    [
+        # each of these races when split (found by an adversarial review); the proof must refuse them
+        (
+            kr.shift_through_local_struct,
+            1,
+            "line 7: a store into h.arr[(i + 1) % out.shape[0]], which may not be a local",
+        ),
+        (kr.alias_of_local_struct_field, 1, "line 7: a store into b[(i + 1) % out.shape[0]], which may not be a local"),
+        (kr.shift_through_a_function, 1, "line 4: put: line 5: a store into h.arr[j], which may not be a local"),
+        (kr.row_count, 2, "line 4: 1 thread index name(s) for a launch of 2 dims: threads share one"),
+        (kr.fake_tid_count, 1, "a function named tid that is not Warp's wp.tid"),
+        (kr.elementwise, 2, "line 3: 1 thread index name(s) for a launch of 2 dims"),
+        (kr.elementwise, 1, None),
+        (kr.row_count, 1, None),  # one dim: ``i`` is the thread's own index
+    ],
+    ids=lambda v: getattr(v, "key", None) if isinstance(v, wp.Kernel) else None,
+)
+def test_race_blocker_refuses_what_races_when_split(kernel: wp.Kernel, ndim: int, blocker: str | None) -> None:
+    _check_reason(_blocker(kernel, ndim), blocker)
+
+
+def test_only_warps_tid_is_the_thread_index() -> None:
+    assert warps_thread_index(kr.elementwise)
+    assert not warps_thread_index(kr.fake_tid_count)
+    # a function named tid must not let the zero-fill be skipped: ``out[i] = 1.0`` writes out[0] alone
+    (info,) = _infos(lambda x: jax_kernel(kr.fake_tid_store, output_dims={"out": 5}, **_NO_PRELOAD)(x)[0], X)
+    assert info.zero_results == (0,)
+    assert info.race_free is False
+    (honest,) = _infos(lambda x: jax_kernel(kr.elementwise, **_NO_PRELOAD)(x)[0], X)
+    assert honest.zero_results == ()
 
 
 def test_race_blocker_refuses_what_it_cannot_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,6 +440,7 @@ def test_fem_energy_plans() -> None:
         (kr.with_printing_helper, "shout"),
         (kt.tile_copy, "tile_load"),
         (kt.tile_through_function, "doubled_tile"),
+        (kr.printing_gradient, "sq: line 4: wp.printf"),  # printing in a custom adjoint (``@wp.func_grad``)
     ],
 )
 def test_sharing_blocker(kernel: wp.Kernel, blocker: str | None) -> None:

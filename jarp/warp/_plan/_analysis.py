@@ -203,6 +203,13 @@ def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...]
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 mark(target)
+            # ``h.arr = a`` (a local struct's field): stores through ``h.arr`` write ``a``, which this does not follow
+            if (
+                isinstance(node.value, ast.Name)
+                and node.value.id in alias
+                and any(isinstance(t, ast.Attribute) for t in _store_targets(node.targets))
+            ):
+                written.add(alias[node.value.id])
         elif isinstance(node, ast.AugAssign):
             mark(node.target)
         elif isinstance(node, ast.Call) and node.args:
@@ -400,13 +407,34 @@ def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
     return tuple(calls)
 
 
+# The attributes of Warp's value types (vector components; a transform's translation and rotation), never arrays.
+_COMPONENTS = frozenset({"x", "y", "z", "w", "p", "q"})
+
+
+def _field_then_index(layers: list[ast.expr]) -> bool:
+    """Whether a store target's layers (outermost first) index something reached through a field (``h.arr[k]``).
+
+    A local's field other than a value component may be an array held by a local struct, so indexing it stores
+    into that array (``h.arr[k] = v``); ``v.x = ...`` and ``m[0].x = ...`` store into the local's own value.
+    """
+    for k, layer in enumerate(layers):
+        if isinstance(layer, ast.Attribute) and layer.attr not in _COMPONENTS:
+            return any(isinstance(outer, ast.Subscript) for outer in layers[:k])
+    return False
+
+
 class _Refused(Exception):
     """Ends the race analysis at the first construct it cannot prove safe (the message names it and its line)."""
 
 
 @functools.lru_cache(maxsize=1024)
 def race_free_blocker(
-    source: str, arrays: tuple[tuple[str, int], ...], structs: tuple[str, ...], *, in_function: bool = False
+    source: str,
+    arrays: tuple[tuple[str, int], ...],
+    structs: tuple[str, ...],
+    *,
+    in_function: bool = False,
+    launch_ndim: int | None = None,
 ) -> tuple[str | None, tuple[tuple[str, int], ...]]:
     """Why the kernel (or ``@wp.func``) in ``source`` may not be split across threads, or None if it may.
 
@@ -421,6 +449,9 @@ def race_free_blocker(
     With ``in_function`` the source is a ``@wp.func`` a race-free kernel calls: it must write no array at all
     (it cannot know which index is its caller's thread index) and needs no thread index.
 
+    A kernel must name one thread index per launch dim (``launch_ndim``): ``i = wp.tid()`` in a 2-d launch is
+    the row, which every thread of the row shares.
+
     Anything the analysis does not recognise refuses: an unparsable source, nested definitions, a store through
     a local that may hold an array view (``row = a[i]`` of a 2-d ``a``), a call of a computed function.
 
@@ -430,6 +461,7 @@ def race_free_blocker(
             ndim -1 when unknown.
         structs: the struct parameters (and, in a function, every parameter whose type may hold arrays).
         in_function: whether ``source`` is a called ``@wp.func`` rather than the kernel.
+        launch_ndim: the number of launch dims (a kernel; None: not checked).
 
     Returns:
         The reason (``"line 5: wp.atomic_add"``, lines of ``source``), or None; and, when None, the calls the
@@ -443,7 +475,7 @@ def race_free_blocker(
     if fn is None:
         return "the source defines no function", ()
     try:
-        return None, _RaceCheck(fn, dict(arrays), frozenset(structs), in_function).run()
+        return None, _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim).run()
     except _Refused as e:
         return str(e), ()
 
@@ -457,8 +489,16 @@ def _call_path(func: ast.expr) -> tuple[str, ...] | None:
 class _RaceCheck:
     """One run of `race_free_blocker` over a parsed function (raises `_Refused`)."""
 
-    def __init__(self, fn: ast.FunctionDef, arrays: dict[str, int], structs: frozenset[str], in_function: bool):
+    def __init__(
+        self,
+        fn: ast.FunctionDef,
+        arrays: dict[str, int],
+        structs: frozenset[str],
+        in_function: bool,
+        launch_ndim: int | None = None,
+    ):
         self.fn = fn
+        self.launch_ndim = launch_ndim
         self.arrays = arrays
         self.structs = structs
         self.in_function = in_function
@@ -536,6 +576,12 @@ class _RaceCheck:
         self.tid = _tid_assignment(stmts[0]) or ()
         if len(set(self.tid)) != len(self.tid):
             self.refuse(stmts[0], "a thread index name repeats")
+        if self.launch_ndim is not None and len(self.tid) != self.launch_ndim:
+            # ``i = wp.tid()`` in a 2-d launch is the row index: the threads of a row share it (and its elements)
+            self.refuse(
+                stmts[0],
+                f"{len(self.tid)} thread index name(s) for a launch of {self.launch_ndim} dims: threads share one",
+            )
         own = set(ast.walk(stmts[0]))
         for node in self.nodes:
             if (
@@ -583,6 +629,10 @@ class _RaceCheck:
                 prefix = ".".join(path) + "."
                 # a nested struct holding arrays; in a function, any field (its layout is not known here)
                 return self.in_function or any(a.startswith(prefix) for a in self.arrays)
+            if path is not None and path[0] not in self.params and expr.attr not in _COMPONENTS:
+                # a field of a local: the local may be a struct (``h = Holder()``, ``m = wp.mesh_get(id)``) whose
+                # field holds an array (``h.arr = out``)
+                return True
             return self._may_be_ref(expr.value)
         if isinstance(expr, ast.Subscript):
             if not self._may_be_ref(expr.value):
@@ -663,7 +713,7 @@ class _RaceCheck:
         text = ast.unparse(target)
         path = self._array_path(node)
         if path is None:
-            if isinstance(node, ast.Name) and not self._may_be_ref(node):
+            if isinstance(node, ast.Name) and not self._may_be_ref(node) and not _field_then_index(layers):
                 return  # a component of a local or a value parameter, each thread's own copy (``v[0] = ...``)
             self.refuse(stmt, f"a store into {text}, which may not be a local value")
         if accumulate:

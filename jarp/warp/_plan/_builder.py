@@ -74,12 +74,12 @@ def build_plan(
     operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands)
     _launch_checks.check_array_extents(params, operand_buffers, results, name)
     zero_results = _zero_filled(runs, target, sig, results, launch_dims, name)
-    if runs is Runs.KERNEL:
+    if runs is Runs.KERNEL and _races.warps_thread_index(target):
         accesses = _analysis.tid_indexed(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
         )
         _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
-    race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked)
+    race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims)
     return Plan(
         runs=runs,
         adjoint=False,
@@ -106,7 +106,7 @@ def _zero_filled(
     runs: Runs, target: Any, sig: Signature, results: Sequence[Buffer], launch_dims: tuple[int, ...], name: str
 ) -> tuple[int, ...]:
     """The pure outputs to zero-fill: all but those a kernel provably overwrites on every thread."""
-    if runs is Runs.KERNEL:
+    if runs is Runs.KERNEL and _races.warps_thread_index(target):  # a function named ``tid`` is not the index
         overwritten = _analysis.overwritten_outputs(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.outputs)
         )

@@ -490,7 +490,7 @@ class _Reader:
         # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
         # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
         forward_race_free = _races.plan_race_free(
-            runs, False, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked
+            runs, False, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
         )
         race_free = forward_race_free and not adjoint
         shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward_race_free)
@@ -985,7 +985,11 @@ def _check_plan(plan: Plan) -> None:
         if plan.runs is Runs.KERNEL:
             _launch_checks.check_launch(plan.target, plan.launch_dims, plan.block_dim, plan.name)
             names = tuple(p.spec.name for p in plan.params if p.spec.is_array or p.spec.is_struct)
-            accesses = _analysis.tid_indexed(_warp_internals.kernel_source(plan.target), names)
+            accesses = (
+                _analysis.tid_indexed(_warp_internals.kernel_source(plan.target), names)
+                if _races.warps_thread_index(plan.target)
+                else ()
+            )
             _launch_checks.check_tid_indexed(
                 accesses, plan.params, plan.operands, plan.results, plan.launch_dims, plan.name
             )

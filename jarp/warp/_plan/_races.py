@@ -29,7 +29,13 @@ _UNREADABLE = object()
 
 
 def plan_race_free(
-    runs: Runs, adjoint: bool, target: Any, params: Sequence[ArgSpec], block_dim: int | None, bounds_checked: bool
+    runs: Runs,
+    adjoint: bool,
+    target: Any,
+    params: Sequence[ArgSpec],
+    block_dim: int | None,
+    bounds_checked: bool,
+    launch_dims: tuple[int, ...],
 ) -> bool:
     """`Plan.race_free` of a plan with these fields (`_builder.build_plan`; `_describe` for a rebuilt plan).
 
@@ -39,16 +45,17 @@ def plan_race_free(
     """
     if runs is not Runs.KERNEL or adjoint or block_dim not in (None, 1) or bounds_checked:
         return False
-    return race_blocker(target, params) is None
+    return race_blocker(target, params, len(launch_dims)) is None
 
 
-def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> str | None:
+def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int) -> str | None:
     """Why ``kernel``'s threads may touch each other's memory, or None when its launch may be split.
 
     Args:
         kernel: the kernel overload (or runtime-scalar variant) a plan launches.
         params: its parameters' specs (a signature's, or a plan's params' ``spec``): the arrays, struct array
             fields and their dims.
+        launch_ndim: the number of launch dims: the kernel must name one thread index per dim.
 
     Returns:
         A short reason naming the construct and its line (``"line 5: wp.atomic_add"``; a called function's
@@ -62,8 +69,36 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> str | None:
             arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
         elif spec.is_array:
             arrays.append((spec.name, spec.warp_ndim))
-    reason, calls = _analysis.race_free_blocker(_warp_internals.kernel_source(kernel), tuple(arrays), tuple(structs))
+    if not warps_thread_index(kernel):
+        return "a function named tid that is not Warp's wp.tid"
+    reason, calls = _analysis.race_free_blocker(
+        _warp_internals.kernel_source(kernel), tuple(arrays), tuple(structs), launch_ndim=launch_ndim
+    )
     return reason or _calls_blocker(kernel.func, calls, 0)
+
+
+def warps_thread_index(kernel: Any) -> bool:
+    """Whether every call named like the thread index in ``kernel`` (``wp.tid()``, ``tid()``) is Warp's ``wp.tid``.
+
+    The source analyses (`_analysis.race_free_blocker`, ``overwritten_outputs``, ``tid_indexed``) recognise the
+    thread index by its name; a user function called ``tid`` would pass for it. False also for a source jarp cannot
+    read.
+    """
+    calls = _analysis.called_names(_warp_internals.kernel_source(kernel))
+    if calls is None:
+        return False
+    for name, _ in calls:
+        if name is None or name.rsplit(".", 1)[-1] != "tid":
+            continue
+        obj = _resolve_path(kernel.func, name)
+        if obj is _MISSING:
+            # Not a Python name: Warp looks it up among its builtins (``wp.tid`` is not a module attribute; a bare
+            # ``tid`` with no such global), unless the path's root is some other object
+            if "." in name and _resolve_path(kernel.func, name.rsplit(".", 1)[0]) is not wp:
+                return False
+        elif not (isinstance(obj, wp.Function) and obj.is_builtin() and obj.key == "tid"):
+            return False
+    return True
 
 
 def plan_shares_cpu_state(
@@ -111,9 +146,17 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
                     return f"line {line}: {name}: the builtin {obj.key}"
                 continue
             for overload in dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]):
-                reason = sharing_blocker(overload, depth + 1) if getattr(overload, "adj", None) else "no source"
-                if reason is not None:
-                    return f"line {line}: {name}: {reason}"
+                # its custom adjoint and replay functions (``@wp.func_grad``, ``@wp.func_replay``) run in the adjoint
+                for fn in (
+                    overload,
+                    getattr(overload, "custom_grad_func", None),
+                    getattr(overload, "custom_replay_func", None),
+                ):
+                    if fn is None:
+                        continue
+                    reason = sharing_blocker(fn, depth + 1) if getattr(fn, "adj", None) else "no source"
+                    if reason is not None:
+                        return f"line {line}: {name}: {reason}"
         elif _analysis.sharing_call(getattr(obj, "__name__", None) or ""):
             return f"line {line}: {name}: a builtin that shares state under another name"
     return None

@@ -12,6 +12,7 @@ from typing import Any
 import warp as wp
 from warp import atomic_add as accumulate  # an atomic under another name: only its resolution gives it away
 
+from tests.warp.support import kernels_fake_tid as fake
 from tests.warp.support import kernels_fem as kf
 
 
@@ -170,3 +171,79 @@ FEM_OVERLOADS = {
     "grad_kernel": wp.overload(kf.grad_kernel, kf.grad_arg_types(wp.float32, wp.float32, wp.float32)),
     "cell_energy_kernel": wp.overload(cell_energy_kernel, cell_energy_arg_types(wp.float32, wp.float32, wp.float32)),
 }
+
+
+# -- what an adversarial review found the proof accepting (each races when split) --
+
+
+@wp.struct
+class Holder:
+    arr: wp.array(dtype=float)
+
+
+@wp.kernel
+def shift_through_local_struct(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # thread i writes out[i + 1] and reads out[i], through an array held by a local struct
+    i = wp.tid()
+    h = Holder()
+    h.arr = out
+    h.arr[(i + 1) % out.shape[0]] = h.arr[i] + x[i]
+
+
+@wp.kernel
+def alias_of_local_struct_field(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    h = Holder()
+    h.arr = out
+    b = h.arr
+    b[(i + 1) % out.shape[0]] = x[i]
+
+
+@wp.func
+def put(a: wp.array(dtype=float), j: int, v: float):
+    h = Holder()
+    h.arr = a
+    h.arr[j] = v
+
+
+@wp.kernel
+def shift_through_a_function(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    put(out, (i + 1) % out.shape[0], out[i] + x[i])
+
+
+@wp.kernel
+def row_count(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # launched over 2 dims, ``i`` is the row: every thread of a row adds to the same element
+    i = wp.tid()
+    out[i] = out[i] + 1.0
+
+
+@wp.kernel
+def fake_tid_count(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = fake.tid()  # a user function named tid, always 0
+    out[i] = out[i] + 1.0
+
+
+@wp.kernel
+def fake_tid_store(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = fake.tid()
+    out[i] = 1.0
+
+
+@wp.func
+def sq(x: float):
+    return x * x
+
+
+@wp.func_grad(sq)
+def adj_sq(x: float, adj_ret: float):
+    if x > 1.0e30:
+        wp.printf("adj %f\n", x)
+    wp.adjoint[x] += 2.0 * x * adj_ret
+
+
+@wp.kernel
+def printing_gradient(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = sq(x[i])
