@@ -40,10 +40,10 @@ def _from_env() -> int:
     if not raw:
         return 0
     try:
-        value = int(raw)
+        value: object = int(raw)
     except ValueError:
-        value = None
-    return _check(value if value is not None else raw, f"{ENV}={raw!r}")
+        value = raw  # refused below, naming the variable
+    return _check(value, f"{ENV}={raw!r}")
 
 
 def cpu_threads() -> int:

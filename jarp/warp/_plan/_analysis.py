@@ -350,29 +350,18 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
 
 # -- race freedom ---------------------------------------------------------------------------------------------------
 
-# Builtins a race-free kernel may not call: Warp's CPU atomics are plain read-modify-writes, so two threads of a
-# split launch can lose an update; tiles and block_dim are cooperative (threads of a block share data); printing
-# interleaves; the rest write memory through something other than an indexed store (pointers, raw array stores,
-# views made from pointers, volume stores, in-place array updates, dense solves into output arrays).
-_RACY_CALLS = frozenset(
-    {"print", "printf", "breakpoint", "block_dim", "array", "array_store", "store", "address", "address_of"}
-    | {"view", "indexref", "untile", "func_native"}
-)
-_RACY_PREFIXES = ("atomic_", "tile", "expect_", "volume_store", "dense_", "assign")
-_RACY_SUFFIXES = ("_inplace", "_tiled")
-
-
-def racy_call(name: str) -> bool:
-    """Whether calling the builtin (or function) named ``name`` may race or cooperate across threads.
-
-    Atomics (``atomic_*``), tiles (``tile*``, ``*_tiled``, ``block_dim``), printing (``print``, ``printf``, the
-    ``expect_*`` checks, which print), and the builtins that write memory other than through ``a[i] = ...``.
-    """
-    return name in _RACY_CALLS or name.startswith(_RACY_PREFIXES) or name.endswith(_RACY_SUFFIXES)
-
-
+# Builtins that make concurrent launches of a kernel share state (`sharing_call`): tiles and block_dim (Warp's CPU
+# tile scratch storage is one global of the module; threads of a block cooperate) and printing (it interleaves).
 _SHARING_CALLS = frozenset({"print", "printf", "breakpoint", "block_dim", "untile", "func_native"})
 _SHARING_PREFIXES = ("tile", "expect_")
+_SHARING_SUFFIXES = ("_tiled",)
+# And the builtins a race-free kernel may not call on top of those (`racy_call`): Warp's CPU atomics are plain
+# read-modify-writes, so two threads of a split launch can lose an update; the rest write memory through something
+# other than an indexed store (pointers, raw array stores, views made from pointers, volume stores, in-place array
+# updates, dense solves into output arrays).
+_WRITING_BUILTINS = frozenset({"array", "array_store", "store", "address", "address_of", "view", "indexref"})
+_WRITING_PREFIXES = ("atomic_", "volume_store", "dense_", "assign")
+_WRITING_SUFFIXES = ("_inplace",)
 
 
 def sharing_call(name: str) -> bool:
@@ -384,7 +373,19 @@ def sharing_call(name: str) -> bool:
     slice writes only its own slice's buffers.
     """
     name = name.rsplit(".", 1)[-1]
-    return name in _SHARING_CALLS or name.startswith(_SHARING_PREFIXES) or name.endswith("_tiled")
+    return name in _SHARING_CALLS or name.startswith(_SHARING_PREFIXES) or name.endswith(_SHARING_SUFFIXES)
+
+
+def racy_call(name: str) -> bool:
+    """Whether calling the builtin (or function) named ``name`` may race or cooperate across threads.
+
+    Everything `sharing_call` names (tiles, printing), atomics (``atomic_*``), and the builtins that write memory
+    other than through ``a[i] = ...``.
+    """
+    name = name.rsplit(".", 1)[-1]
+    return sharing_call(name) or (
+        name in _WRITING_BUILTINS or name.startswith(_WRITING_PREFIXES) or name.endswith(_WRITING_SUFFIXES)
+    )
 
 
 @functools.lru_cache(maxsize=1024)
