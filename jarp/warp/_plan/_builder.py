@@ -73,8 +73,10 @@ def build_plan(
             op_index += 1
     operand_buffers = tuple(Buffer(tuple(op.shape), np.dtype(op.dtype)) for op in bound.operands)
     _launch_checks.check_array_extents(params, operand_buffers, results, name)
-    zero_results = _zero_filled(runs, target, sig, results, launch_dims, name)
-    if runs is Runs.KERNEL and _races.warps_thread_index(target):
+    # The source analyses below know the thread index by its name: a user function called ``tid`` is not it.
+    tid_known = runs is Runs.KERNEL and _races.warps_thread_index(target)
+    zero_results = _zero_filled(target, sig, results, launch_dims, name, tid_known)
+    if tid_known:
         accesses = _analysis.tid_indexed(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
         )
@@ -103,10 +105,18 @@ def build_plan(
 
 
 def _zero_filled(
-    runs: Runs, target: Any, sig: Signature, results: Sequence[Buffer], launch_dims: tuple[int, ...], name: str
+    target: Any,
+    sig: Signature,
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+    name: str,
+    tid_known: bool,
 ) -> tuple[int, ...]:
-    """The pure outputs to zero-fill: all but those a kernel provably overwrites on every thread."""
-    if runs is Runs.KERNEL and _races.warps_thread_index(target):  # a function named ``tid`` is not the index
+    """The pure outputs to zero-fill: all but those a kernel provably overwrites on every thread.
+
+    ``tid_known``: ``target`` is a kernel whose thread index is Warp's ``wp.tid`` (else nothing counts as overwritten).
+    """
+    if tid_known:
         overwritten = _analysis.overwritten_outputs(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.outputs)
         )
