@@ -18,7 +18,7 @@ from ._base import (
     value_callable_field,
 )
 from ._options import JaxKernelOptions
-from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars
+from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars, _writes
 from ._plan._binding import BoundCall, warp_dtypes
 from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature
@@ -37,20 +37,24 @@ def _block_dim(value: Any) -> int | None:
     return _launch_checks.check_block_dim(value, _WHAT)
 
 
-def _written_inputs(fn: Any, names: tuple[str, ...], depth: int = 0) -> tuple[str, ...]:
-    """Which of ``names`` a kernel (or ``@wp.func``) writes, following the arrays into the functions it calls."""
-    direct, calls = _analysis.written_arrays(_warp_internals.kernel_source(fn), names)
-    written = set(direct)
-    if depth < 8:  # deep enough for real code, bounded for recursive functions
-        scope = getattr(fn.func, "__globals__", {})
-        for callee_name, pos, name in calls:
-            callee = scope.get(callee_name)
-            if name in written or not isinstance(callee, wp.Function) or not hasattr(callee, "adj"):
-                continue
-            params = [label for label, _ in _warp_internals.kernel_params(callee)]
-            if pos < len(params) and _written_inputs(callee, (params[pos],), depth + 1):
-                written.add(name)
-    return tuple(n for n in names if n in written)
+def _check_writes(kernel: wp.Kernel, sig: Signature, what: str) -> None:
+    """Refuse a kernel whose compiled code writes an input that is not declared in-out (`_writes`)."""
+    pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
+    written = _writes.written_inputs(kernel, pure_inputs)
+    if written:
+        raise ValueError(
+            f"{what}: kernel {kernel.key!r} writes to input(s) {list(written)}, which XLA owns and may "
+            "share with the caller; declare them in in_out_argnames=... (they are then returned), or raise "
+            "num_outputs if they are outputs."
+        )
+    structs = tuple(p.name for p in sig.inputs if p.is_struct)
+    written_fields = _writes.written_struct_fields(kernel, structs)
+    if written_fields:
+        raise ValueError(
+            f"{what}: kernel {kernel.key!r} writes to struct field(s) {list(written_fields)}; a struct's "
+            "arrays are inputs, which XLA owns and may share with the caller. Pass the written array as a "
+            "separate output parameter (or in_out_argnames) instead of through the struct."
+        )
 
 
 @weak_cache
@@ -58,17 +62,35 @@ def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, 
     return make_signature(_warp_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
+@weak_cache
+def _checked_writes(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> bool:
+    """`_check_writes` of a generic kernel's overload, once per overload and options."""
+    _check_writes(kernel, _signature(kernel, num_outputs, in_out_argnames), _WHAT)
+    return True
+
+
 # Under Warp's lock: a new overload changes the module Warp may be building in another thread.
 @weak_cache(lock=_warp_internals.warp_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
+    names = tuple(getattr(d, "__name__", d) for d in dtypes)
     try:
-        return wp.overload(kernel, arg_types)
+        overload = wp.overload(kernel, arg_types)
     except Exception as e:
         raise TypeError(
-            f"{_WHAT}: arg_types_factory{tuple(getattr(d, '__name__', d) for d in dtypes)} returned {arg_types!r}, "
+            f"{_WHAT}: arg_types_factory{names} returned {arg_types!r}, "
             f"which is not a valid overload of kernel {kernel.key!r}: {e}"
         ) from e
+    error = _warp_internals.codegen_error(overload)
+    if error is not None:
+        # Warp builds all overloads of a module together: a registered overload that does not compile would fail
+        # every later build of the module, other kernels included
+        _warp_internals.drop_overload(kernel, overload)
+        raise TypeError(
+            f"{_WHAT}: the overload of kernel {kernel.key!r} that arg_types_factory{names} gives ({arg_types!r}) "
+            f"does not compile, so it was not kept: {error}"
+        )
+    return overload
 
 
 class JaxKernel(AbstractWarpModule):
@@ -168,22 +190,10 @@ class JaxKernel(AbstractWarpModule):
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
-        pure_inputs = tuple(p.name for p in sig.inputs if p.is_array and not p.in_out)
-        written = _written_inputs(self.kernel, pure_inputs)
-        if written:
-            raise ValueError(
-                f"{_WHAT}: kernel {self.kernel.key!r} writes to input(s) {list(written)}, which XLA owns and may "
-                "share with the caller; declare them in in_out_argnames=... (they are then returned), or raise "
-                "num_outputs if they are outputs."
-            )
-        structs = tuple(p.name for p in sig.inputs if p.is_struct)
-        written_fields = _analysis.written_struct_fields(_warp_internals.kernel_source(self.kernel), structs)
-        if written_fields:
-            raise ValueError(
-                f"{_WHAT}: kernel {self.kernel.key!r} writes to struct field(s) {list(written_fields)}; a struct's "
-                "arrays are inputs, which XLA owns and may share with the caller. Pass the written array as a "
-                "separate output parameter (or in_out_argnames) instead of through the struct."
-            )
+        # A generic kernel is judged per overload, on the code Warp generates for it (`_resolve`)
+        concrete = [self.kernel] if not self.kernel.is_generic else _warp_internals.overloads(self.kernel)
+        for target in concrete:
+            _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
         if self.enable_backward and sig.num_in_out:
             stored = _analysis.plainly_stored(
                 _warp_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out)
@@ -209,7 +219,10 @@ class JaxKernel(AbstractWarpModule):
         if self.arg_types_factory is None:
             return self.kernel
         names = [name for name, _ in _warp_internals.kernel_params(self.kernel)]
-        return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
+        target = _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
+        if self.kernel.is_generic:
+            _checked_writes(target, self.num_outputs, self.in_out_argnames)
+        return target
 
     def _signature(self, target: wp.Kernel) -> Signature:
         return _signature(target, self.num_outputs, self.in_out_argnames)

@@ -13,6 +13,7 @@ each one still has the shape jarp relies on.
 
 from __future__ import annotations
 
+import ast
 import collections
 import ctypes
 import hashlib
@@ -24,7 +25,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import warp as wp
 from warp._src import build as _build
@@ -50,12 +51,16 @@ from warp._src.types import concrete_array_type as _concrete_array_type
 __all__ = [
     "ARRAY_KINDS",
     "TID_MAX_EXTENT",
+    "ArrayAccess",
     "ArrayStruct",
     "EntryPoints",
+    "array_access",
     "array_kind",
     "capture_modules",
+    "check_array_access",
     "check_cuda_grid",
     "check_ranged_entries",
+    "codegen_error",
     "compile_aot_variant",
     "compile_cpu_object",
     "contiguous_array",
@@ -67,7 +72,9 @@ __all__ = [
     "cuda_memset",
     "cuda_memset_address",
     "default_cuda_arch",
+    "drop_overload",
     "error_string_address",
+    "function_tree",
     "is_struct_type",
     "kernel_code_hash",
     "kernel_params",
@@ -79,6 +86,7 @@ __all__ = [
     "make_kernel",
     "module_codegen",
     "module_loaded",
+    "overloads",
     "ranged_cpu_entry",
     "ranged_entry_symbol",
     "registered_kernel",
@@ -1208,10 +1216,182 @@ def check_internals() -> None:
     assert len(digest) == 64, "Warp's kernel hash is no longer a sha256 digest"
     assert kernel_code_hash(probe_kernel, 1) == digest, "Warp's kernel hash is not stable"
     check_ranged_entries()
+    check_array_access()
 
 
 def _probe_kernel(a: wp.array(dtype=float)) -> None:
     a[0] = 1.0
+
+
+# -- what a kernel reads and writes, as Warp compiles it --
+
+
+class ArrayAccess(NamedTuple):
+    """Whether a kernel's generated code reads and writes one array parameter (Warp's own record)."""
+
+    read: bool
+    written: bool
+
+
+def array_access(kernel: wp.Kernel, block_dim: int | None = None) -> dict[str, ArrayAccess] | None:
+    """Which array parameters ``kernel``'s code reads and writes, as Warp's code generator records them.
+
+    Warp marks an array parameter written when the code it generates stores into it: a subscript store or
+    augmented assignment (``a[i] = x``, ``a[i] += x``, a component ``a[i].x = v``, through a view ``r = a[i]``),
+    an atomic builtin (under any name it is reached by), or a call of a ``@wp.func`` that writes the parameter
+    it was given (positional or keyword, reached through a closure, a global or a module attribute). The record
+    is made after Warp has resolved every name and folded the branches on Python constants (closure values,
+    globals, ``wp.static``): a store Warp never emits is no write. This is the record behind Warp's
+    ``verify_autograd_array_access``; jarp builds the kernel's code once with it switched on (no compilation).
+
+    It does not see stores through a struct's array field (``s.arr[i] = x``), tile stores (``wp.tile_store``)
+    or volumes: the caller completes it (`jarp.warp._plan._writes`).
+
+    Args:
+        kernel: a concrete kernel (a generic kernel's overload, not the generic kernel itself).
+        block_dim: the block dim Warp generates the code for (tile shapes depend on it); None: the CPU's.
+
+    Returns:
+        ``{parameter: ArrayAccess}`` for the array parameters, or None when Warp cannot generate the kernel's
+        code (the launch then reports Warp's own error) or the kernel is generic.
+    """
+    return _generate(kernel, block_dim)[0]
+
+
+def codegen_error(kernel: wp.Kernel) -> str | None:
+    """Warp's error when it cannot generate ``kernel``'s code (a generic overload whose types do not fit), or None."""
+    return None if kernel.is_generic else _generate(kernel, None)[1]
+
+
+def overloads(kernel: wp.Kernel) -> tuple[wp.Kernel, ...]:
+    """The overloads a generic kernel has now (declared with ``wp.overload`` or created by launches)."""
+    return tuple(kernel.overloads.values())
+
+
+def drop_overload(kernel: wp.Kernel, overload: wp.Kernel) -> None:
+    """Remove a generic kernel's overload from Warp's registry, so that its module builds without it.
+
+    Warp builds every overload of every kernel of a module together: one overload that does not compile fails
+    the module for all its kernels, in this call and every later one.
+    """
+    with _WARP_LOCK:
+        for sig, registered in list(kernel.overloads.items()):
+            if registered is overload:
+                del kernel.overloads[sig]
+                kernel.module.mark_modified()
+
+
+def _generate(kernel: wp.Kernel, block_dim: int | None) -> tuple[dict[str, ArrayAccess] | None, str | None]:
+    """Generate ``kernel``'s code with Warp's read/write record on: the record and Warp's error, if any."""
+    if kernel.is_generic:
+        return None, None
+    runtime_core()
+    block_dim = resolve_block_dim(wp.get_device("cpu"), block_dim)
+    module = kernel.module
+    with _WARP_LOCK, _codegen_lock:
+        level = wp.config.log_level
+        # Warp warns about writes after reads (a gradient hazard for its tape, not a jarp concern)
+        wp.config.log_level = max(level, wp.LOG_ERROR)
+        try:
+            module.get_module_hash(block_dim)  # resolves the module's wp.static() expressions
+            options = module.resolve_options(wp.config, block_dim=block_dim)
+            options = options | {"output_arch": None, "verify_autograd_array_access": True}
+            # A builder of this one kernel: Warp's ModuleBuilder builds the kernels its hasher lists
+            only = _OneKernel(kernel)
+            wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
+            return {
+                arg.label: ArrayAccess(bool(arg.is_read), bool(arg.is_write))
+                for arg in kernel.adj.args
+                if wp.types.is_array(arg.type)
+            }, None
+        except Exception as e:
+            return None, f"{type(e).__name__}: {e}"
+        finally:
+            wp.config.log_level = level
+
+
+def function_tree(fn: Any) -> ast.FunctionDef | None:
+    """The syntax tree Warp compiles for a kernel or ``@wp.func``: ``adj.tree``, with Warp's substitutions.
+
+    Once Warp has hashed the kernel's module (`array_access` does), each evaluated ``wp.static(...)`` in it is
+    replaced by its value (an ``ast.Constant``, or a name carrying the function in ``warp_func``). None for a
+    function without Python source (a builtin, a native snippet).
+    """
+    adj = getattr(fn, "adj", None)
+    tree = getattr(adj, "tree", None)
+    body = getattr(tree, "body", None)
+    if not body or not isinstance(body[0], ast.FunctionDef):
+        return None
+    return body[0]
+
+
+class _OneKernel:
+    """The part of Warp's ``ModuleHasher`` a ``ModuleBuilder`` reads, listing one kernel (its hash untouched)."""
+
+    def __init__(self, kernel: wp.Kernel):
+        self.unique_kernels: dict[str, wp.Kernel] = {}
+        self._kernel = kernel
+
+    def get_unique_kernels(self) -> list[wp.Kernel]:
+        return [self._kernel]
+
+
+def check_array_access() -> None:
+    """Raise `AssertionError` if Warp's read/write record (`array_access`) no longer says what jarp relies on."""
+    sig = inspect.signature(wp._src.context.ModuleBuilder)
+    assert {"module", "options", "hasher", "target"} <= set(sig.parameters), "ModuleBuilder's parameters changed"
+    with _WARP_LOCK:
+        module = wp.get_module("jarp._probe_access")
+        probes = {
+            name: wp.Kernel(fn, key=f"_jarp_access_{name}", module=module)
+            for name, fn in (
+                ("store", _access_store),
+                ("atomic", _access_atomic),
+                ("func", _access_func),
+                ("folded", _access_folded),
+            )
+        }
+    expected = {
+        "store": {"a": (True, False), "b": (False, True)},
+        "atomic": {"a": (False, True), "b": (True, False)},
+        "func": {"a": (False, True), "b": (False, False)},
+        "folded": {"a": (True, False), "b": (False, True)},
+    }
+    for name, kernel in probes.items():
+        got = array_access(kernel)
+        assert got is not None, f"Warp could not generate the probe kernel {name!r} (array_access)"
+        got = {label: tuple(access) for label, access in got.items()}
+        assert got == expected[name], f"Warp's read/write record changed for the {name!r} probe: {got}"
+
+
+_ACCESS_FOLDED = False
+
+
+@wp.func
+def _access_bump(x: wp.array(dtype=float), i: int):
+    x[i] = 1.0
+
+
+def _access_store(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    b[i] = a[i]
+
+
+def _access_atomic(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    wp.atomic_add(a, 0, b[i])
+
+
+def _access_func(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    _access_bump(x=a, i=i)
+
+
+def _access_folded(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    if _ACCESS_FOLDED:
+        a[i] = 2.0
+    b[i] = a[i]
 
 
 # -- inspection --

@@ -1,0 +1,185 @@
+"""Names in kernel code resolved as Warp resolves them, and the branches Warp folds.
+
+Warp compiles a kernel by walking its Python syntax tree and looking each name up when it meets it: a local, then
+the function's closure cells, its globals, the ``warp`` module (``wp.tid``), Python's builtins; a dotted name
+(``helpers.bump``) through the attributes of what its root names. A branch whose condition is a Python constant
+(``if FLAG:`` with ``FLAG`` a captured bool, ``if wp.static(...)``) is folded: only the taken side is compiled.
+Every analysis of kernel code that looks beyond Warp's own read/write record (`_writes`, `_races`) uses this one
+resolver, so that they all see the code Warp compiles, not the text.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import numbers
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from .._upstream import _warp_internals
+from ._analysis import attribute_path
+
+MISSING = object()
+"""A name Python cannot resolve (Warp may still: ``wp.tid`` is a builtin, not a module attribute)."""
+UNREADABLE = object()
+"""A name whose resolution raised (a user object's attribute): no proof may rest on it."""
+UNKNOWN = object()
+"""A condition that is not a constant: both branches are compiled."""
+
+
+def resolve(func: Any, name: str) -> Any:
+    """``name`` as Warp resolves the root of a path: closure, globals, the ``warp`` module, Python's builtins.
+
+    Args:
+        func: the Python function of a kernel or ``@wp.func`` (its ``func`` attribute).
+        name: one name (no dots).
+
+    Returns:
+        The object, or `MISSING`.
+    """
+    code = getattr(func, "__code__", None)
+    closure = getattr(func, "__closure__", None) or ()
+    if code is not None and name in code.co_freevars:
+        try:
+            return closure[code.co_freevars.index(name)].cell_contents
+        except (ValueError, IndexError):
+            return MISSING  # an empty cell
+    scope = getattr(func, "__globals__", {})
+    if name in scope:
+        return scope[name]
+    if hasattr(wp, name):
+        return getattr(wp, name)
+    return getattr(builtins, name, MISSING)
+
+
+def resolve_path(func: Any, name: str) -> Any:
+    """The object a dotted name (``wp.sin``, ``helpers.f``) refers to, `MISSING`, or `UNREADABLE`."""
+    head, *rest = name.split(".")
+    try:
+        obj = resolve(func, head)
+        for attr in rest:
+            obj = getattr(obj, attr, MISSING) if obj is not MISSING else MISSING
+    except Exception:  # a user object's attribute that raises: the proof fails, never the trace
+        return UNREADABLE
+    return obj
+
+
+def callee(func: Any, node: ast.Call, local_names: frozenset[str]) -> tuple[str | None, Any]:
+    """The dotted name and the object a call in ``func``'s code calls.
+
+    A ``wp.static(f)`` callee that Warp has already evaluated is the function it evaluated to. A name bound
+    in the function itself (a local or a parameter) is not resolved: the object is `MISSING`.
+
+    Returns:
+        ``(dotted name or None for a computed callee, object or MISSING/UNREADABLE)``.
+    """
+    warp_func = getattr(node.func, "warp_func", None)  # Warp's replacement of an evaluated wp.static(f)
+    if warp_func is not None:
+        return getattr(warp_func, "key", "wp.static"), warp_func
+    path = (node.func.id,) if isinstance(node.func, ast.Name) else attribute_path(node.func)
+    if path is None:
+        return None, MISSING
+    name = ".".join(path)
+    if path[0] in local_names:
+        return name, MISSING
+    return name, resolve_path(func, name)
+
+
+def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
+    """The key of the Warp builtin a call reaches (``atomic_add`` for ``wp.atomic_add`` and its aliases), or None.
+
+    A name Python cannot resolve but whose root is the ``warp`` module (``wp.tid``), or a bare name that is
+    nothing in Python, is looked up by Warp among its builtins: its last part is the key.
+    """
+    if isinstance(obj, wp.Function):
+        return obj.key if obj.is_builtin() else None
+    if obj is MISSING and name is not None:
+        if "." not in name:
+            return name
+        if resolve_path(func, name.rsplit(".", 1)[0]) is wp:
+            return name.rsplit(".", 1)[-1]
+    return None
+
+
+def constant(func: Any, expr: ast.expr, local_names: frozenset[str]) -> Any:
+    """The value of a condition Warp evaluates at code generation, or `UNKNOWN`.
+
+    Constants are literals (and what Warp substituted for an evaluated ``wp.static(...)``), names of the closure,
+    globals or modules that hold a Python or NumPy number or bool (``FLAG``, ``config.DUAL``), and ``not``,
+    ``and``/``or`` and comparisons of constants. A name bound in the function is never a constant.
+    """
+    if isinstance(expr, ast.Constant):
+        return expr.value if isinstance(expr.value, (bool, numbers.Number)) else UNKNOWN
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        path = (expr.id,) if isinstance(expr, ast.Name) else attribute_path(expr)
+        if path is None or path[0] in local_names:
+            return UNKNOWN
+        value = resolve_path(func, ".".join(path))
+        if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            return value
+        return UNKNOWN
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        value = constant(func, expr.operand, local_names)
+        return UNKNOWN if value is UNKNOWN else not value
+    if isinstance(expr, ast.BoolOp):
+        values = [constant(func, v, local_names) for v in expr.values]
+        if any(v is UNKNOWN for v in values):
+            return UNKNOWN
+        return all(values) if isinstance(expr.op, ast.And) else any(values)
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+        left = constant(func, expr.left, local_names)
+        right = constant(func, expr.comparators[0], local_names)
+        if left is UNKNOWN or right is UNKNOWN:
+            return UNKNOWN
+        compare = _COMPARE.get(type(expr.ops[0]))
+        return UNKNOWN if compare is None else compare(left, right)
+    return UNKNOWN
+
+
+_COMPARE = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def function_tree(fn: Any) -> ast.FunctionDef | None:
+    """The syntax tree Warp compiles for a kernel or ``@wp.func`` (its ``wp.static`` expressions substituted)."""
+    return _warp_internals.function_tree(fn)
+
+
+def local_names(tree: ast.FunctionDef) -> frozenset[str]:
+    """The names a function binds itself: its parameters and every name it assigns (never resolved globally)."""
+    args = tree.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return frozenset(names)
+
+
+def live_nodes(func: Any, tree: ast.FunctionDef) -> Iterator[ast.AST]:
+    """Every node of the function body that Warp compiles: the untaken side of a constant condition is skipped.
+
+    Warp folds ``if``/``elif`` statements and conditional expressions (``a if FLAG else b``) whose condition is
+    a constant (`constant`); both sides of any other condition are compiled.
+    """
+    names = local_names(tree)
+    stack: list[ast.AST] = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.If, ast.IfExp)):
+            value = constant(func, node.test, names)
+            if value is not UNKNOWN:
+                yield node.test
+                taken = node.body if value else node.orelse
+                stack.extend(reversed(taken if isinstance(taken, list) else [taken]))
+                continue
+        yield node
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
