@@ -54,6 +54,9 @@ def _src(body: str) -> str:
         ("def k(x, y):\n    i = wp.tid()\n    y[i] = y[i] + x[i]\n", ("y",), {}),
         ("def k(x, y):\n    y[0] = x[0]\n", ("y",), {}),
         ("not python (", ("y",), {}),
+        # a repeated thread index name: ``y[i, i]`` is the diagonal alone
+        ("def k(x, y):\n    i, i = wp.tid()\n    y[i, i] = 1.0\n", ("y",), {}),
+        ("def k(x, y):\n    i, j, i = wp.tid()\n    y[i, j, i] = x[j]\n", ("y",), {}),
     ],
 )
 def test_overwritten_outputs(source, outputs, expected):
@@ -274,12 +277,13 @@ def _blocker(kernel: wp.Kernel, launch_ndim: int = 1) -> str | None:
         # a function that reads arrays anywhere and stores into a local vector writes nothing another thread reads
         (kr.with_pure_helper, None),
         (kr.struct_store, None),
-        (kr.with_writing_helper, "line 4: store_into: line 3: a store into array 'values' (values[i])"),
-        (kr.with_nested_writer, "line 4: calls_a_writer: line 3: store_into: line 3: a store into array 'values'"),
-        # the helper's atomic is on an array the kernel itself never writes
-        (kr.with_counting_helper, "line 5: count_into: line 3: wp.atomic_add"),
+        (kr.with_writing_helper, "line 4: the written array 'scratch' is used other than at the thread index (store_into(scratch, i, x[i]))"),
+        (kr.with_nested_writer, "line 4: the written array 'scratch' is used other than at the thread index (calls_a_writer"),
+        # a written array handed to a function: Warp's record (the helper's atomic) makes it written, and a
+        # written array may be used only at the thread index
+        (kr.with_counting_helper, "line 5: the written array 'counter' is used other than at the thread index (count_into(counter))"),
         (kr.with_printing_helper, "line 4: shout: line 3: wp.printf"),
-        (kr.with_renamed_atomic, "line 4: accumulate: the builtin atomic_add"),
+        (kr.with_renamed_atomic, "line 4: the written array 'out' is used other than at the thread index (accumulate(out, 0, x[i]))"),
         (kr.struct_atomic, "line 4: wp.atomic_add"),
         # generic FEM kernels in liblaf/apple's style: per-element energies scattered with atomics, or stored
         (kr.FEM_OVERLOADS["fun_kernel"], "line 12: wp.atomic_add"),
@@ -303,7 +307,7 @@ def test_race_blocker_follows_called_functions(kernel: wp.Kernel, blocker: str |
             "line 7: a store into h.arr[(i + 1) % out.shape[0]], which may not be a local",
         ),
         (kr.alias_of_local_struct_field, 1, "line 7: a store into b[(i + 1) % out.shape[0]], which may not be a local"),
-        (kr.shift_through_a_function, 1, "line 4: put: line 5: a store into h.arr[j], which may not be a local"),
+        (kr.shift_through_a_function, 1, "line 4: the written array 'out' is used other than at the thread index"),
         (kr.row_count, 2, "line 4: 1 thread index name(s) for a launch of 2 dims: threads share one"),
         (kr.fake_tid_count, 1, "a function named tid that is not Warp's wp.tid"),
         (kr.elementwise, 2, "line 3: 1 thread index name(s) for a launch of 2 dims"),
@@ -325,6 +329,26 @@ def test_only_warps_tid_is_the_thread_index() -> None:
     assert info.race_free is False
     (honest,) = _infos(lambda x: jax_kernel(kr.elementwise, **_NO_PRELOAD)(x)[0], X)
     assert honest.zero_results == ()
+
+
+@pytest.mark.parametrize(
+    ("kernel", "launch_dims", "output_dims", "zero_results"),
+    [
+        (k.repeated_tid_diagonal, (6, 6), (6, 6), (0,)),  # ``i, i = wp.tid()``: only the diagonal is written
+        (k.grid_fill, (6, 6), (6, 6), ()),  # every element overwritten: no fill
+        (k.grid_fill, (6, 6, 2), (6, 6), (0,)),  # two thread index names for a 3-d launch: threads share elements
+        (k.grid_fill, (6, 5), (6, 6), (0,)),  # a launch smaller than the output
+        (k.triple_kernel, (5, 2), 5, (0,)),  # one thread index name for a 2-d launch (``output[i]``)
+    ],
+    ids=lambda v: getattr(v, "key", None) if isinstance(v, wp.Kernel) else None,
+)
+def test_zero_fill_is_kept_unless_the_thread_index_covers_the_output(
+    kernel: wp.Kernel, launch_dims: tuple[int, ...], output_dims: Any, zero_results: tuple[int, ...]
+) -> None:
+    m = jax_kernel(kernel, launch_dims=launch_dims, output_dims=output_dims, **_NO_PRELOAD)
+    (info,) = _infos(lambda *a: m(*a)[0], *((X,) if kernel is k.triple_kernel else ()))
+    assert info.zero_results == zero_results
+    assert ("zero-filled results (0,)" in str(info)) == bool(zero_results)
 
 
 def test_race_blocker_refuses_what_it_cannot_resolve(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,19 @@ def overwritten_outputs(source: str, output_names: tuple[str, ...]) -> dict[str,
     ``out[i, j, ...] = <expr>`` once, and ``out`` is used nowhere else except
     through ``out.shape``. Launching it over exactly ``out``'s shape then writes
     every element.
+
+    The thread index names must all differ: ``i, i = wp.tid()`` in a 2-d launch
+    writes ``out[i, i]``, the diagonal alone. The caller checks the rest of what
+    the analysis cannot see: that the tid rank equals the launch's number of dims
+    and ``out``'s, and that ``out``'s shape is the launch's.
+
+    Args:
+        source: the kernel's source.
+        output_names: the pure outputs' parameter names.
+
+    Returns:
+        ``{output name: number of thread index names}`` for each provably overwritten
+        output; empty for source it cannot parse or prove.
     """
     try:
         tree = ast.parse(textwrap.dedent(source))
@@ -50,8 +63,8 @@ def overwritten_outputs(source: str, output_names: tuple[str, ...]) -> dict[str,
             ):
                 result.setdefault(target.value.id, 0)
                 result[target.value.id] += 1
-    if tid_names is None:
-        return {}
+    if tid_names is None or len(set(tid_names)) != len(tid_names):
+        return {}  # no thread index, or a repeated name (``i, i = wp.tid()``: one element per row)
     assigned = [
         n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)
     ]
@@ -301,8 +314,9 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
     ``path`` is a parameter in ``roots`` (``"x"``) or a struct parameter's array field (``"mesh.cells"``). An
     access ``a[i]`` or ``a[i, j]`` with ``i, j = wp.tid()`` counts when nothing can keep a thread from reaching
     it: the body has no ``return`` and no condition (``if``, ``while``, a conditional expression, ``assert``)
-    reads a thread index, and the thread indices are assigned once, at the top of the body. Every thread then
-    accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along that dim.
+    reads a thread index, and the thread indices, all named differently, are assigned once, at the top of the
+    body. Every thread then accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along
+    that dim.
 
     Returns:
         The accesses, in order of appearance, without repeats; none for a kernel it cannot read or prove.
@@ -315,8 +329,8 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
     if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return ()
     tid_names = next((t for t in map(_tid_assignment, fn.body) if t is not None), None)
-    if tid_names is None:
-        return ()
+    if tid_names is None or len(set(tid_names)) != len(tid_names):
+        return ()  # no thread index, or a repeated name (``i, i = wp.tid()``): which component it holds is unclear
     stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)]
     if len(stores) != len(tid_names):
         return ()  # a thread index reassigned (or a loop variable of the same name): not provable
@@ -436,6 +450,7 @@ def race_free_blocker(
     *,
     in_function: bool = False,
     launch_ndim: int | None = None,
+    written: tuple[str, ...] = (),
 ) -> tuple[str | None, tuple[tuple[str, int], ...]]:
     """Why the kernel (or ``@wp.func``) in ``source`` may not be split across threads, or None if it may.
 
@@ -463,6 +478,8 @@ def race_free_blocker(
         structs: the struct parameters (and, in a function, every parameter whose type may hold arrays).
         in_function: whether ``source`` is a called ``@wp.func`` rather than the kernel.
         launch_ndim: the number of launch dims (a kernel; None: not checked).
+        written: arrays known written from elsewhere (Warp's record, `_writes`): their uses are checked as those
+            of the arrays this source stores into, so a write this analysis does not see cannot split a launch.
 
     Returns:
         The reason (``"line 5: wp.atomic_add"``, lines of ``source``), or None; and, when None, the calls the
@@ -476,7 +493,9 @@ def race_free_blocker(
     if fn is None:
         return "the source defines no function", ()
     try:
-        return None, _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim).run()
+        check = _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim)
+        check.written.update(written)
+        return None, check.run()
     except _Refused as e:
         return str(e), ()
 

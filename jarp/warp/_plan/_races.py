@@ -3,14 +3,13 @@
 A Warp CPU launch runs its threads one after another. Split into index ranges on several cores, it computes the
 same result only when no two threads touch the same memory with one of them writing. `_analysis.race_free_blocker`
 proves that of one function's source (every write at the thread's own index, no atomics, tiles or printing); this
-module follows the functions the kernel calls, resolving each name as Warp does (closure, globals, the ``warp``
-module, Python's builtins), into every ``@wp.func`` body, which must write no array at all. A builtin is checked by
+module follows the functions the kernel calls, resolving each name as Warp does (`_names`: closure, globals, the
+``warp`` module, Python's builtins), into every ``@wp.func`` body, which must write no array at all. A builtin is checked by
 its name (`_analysis.racy_call`); anything that cannot be resolved or read refuses.
 """
 
 from __future__ import annotations
 
-import builtins
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -18,14 +17,12 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _analysis
+from . import _analysis, _names, _writes
 from ._arg_spec import ArgSpec
 from ._struct_layout import _is_value_type
 from ._values import Runs
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
-_MISSING = object()
-_UNREADABLE = object()
 
 
 def plan_race_free(
@@ -71,8 +68,16 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
             arrays.append((spec.name, spec.warp_ndim))
     if not warps_thread_index(kernel):
         return "a function named tid that is not Warp's wp.tid"
+    # What Warp compiles decides what is written (`_writes`); where it sees a write that the proof below does
+    # not, the proof checks that array's uses too, and refuses any not at the thread index
+    names = tuple(name for name, _ in arrays if "." not in name)
+    written = (*_writes.written_inputs(kernel, names), *_writes.written_struct_fields(kernel, tuple(structs)))
     reason, calls = _analysis.race_free_blocker(
-        _warp_internals.kernel_source(kernel), tuple(arrays), tuple(structs), launch_ndim=launch_ndim
+        _warp_internals.kernel_source(kernel),
+        tuple(arrays),
+        tuple(structs),
+        launch_ndim=launch_ndim,
+        written=tuple(sorted(written)),
     )
     return reason or _calls_blocker(kernel.func, calls, 0)
 
@@ -90,11 +95,11 @@ def warps_thread_index(kernel: Any) -> bool:
     for name, _ in calls:
         if name is None or name.rsplit(".", 1)[-1] != "tid":
             continue
-        obj = _resolve_path(kernel.func, name)
-        if obj is _MISSING:
+        obj = _names.resolve_path(kernel.func, name)
+        if obj is _names.MISSING:
             # Not a Python name: Warp looks it up among its builtins (``wp.tid`` is not a module attribute; a bare
             # ``tid`` with no such global), unless the path's root is some other object
-            if "." in name and _resolve_path(kernel.func, name.rsplit(".", 1)[0]) is not wp:
+            if "." in name and _names.resolve_path(kernel.func, name.rsplit(".", 1)[0]) is not wp:
                 return False
         elif not (isinstance(obj, wp.Function) and obj.is_builtin() and obj.key == "tid"):
             return False
@@ -137,8 +142,8 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
             return f"line {line}: a computed callee"
         if _analysis.sharing_call(name):
             return f"line {line}: {name}"
-        obj = _resolve_path(kernel.func, name)
-        if obj is _UNREADABLE:
+        obj = _names.resolve_path(kernel.func, name)
+        if obj is _names.UNREADABLE:
             return f"line {line}: {name}: not readable"
         if isinstance(obj, wp.Function):
             if obj.is_builtin():
@@ -164,40 +169,11 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
 
 def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
     for name, line in calls:
-        obj = _resolve_path(func, name)
-        reason = _callee_blocker(_MISSING if obj is _UNREADABLE else obj, name, func, depth)
+        obj = _names.resolve_path(func, name)
+        reason = _callee_blocker(_names.MISSING if obj is _names.UNREADABLE else obj, name, func, depth)
         if reason is not None:
             return f"line {line}: {name}: {reason}"
     return None
-
-
-def _resolve_path(func: Any, name: str) -> Any:
-    """The object a dotted call name (``wp.sin``, ``helpers.f``) refers to, `_MISSING`, or `_UNREADABLE`."""
-    head, *rest = name.split(".")
-    try:
-        obj = _resolve(func, head)
-        for attr in rest:
-            obj = getattr(obj, attr, _MISSING) if obj is not _MISSING else _MISSING
-    except Exception:  # a user object's attribute that raises: the proof fails, never the trace
-        return _UNREADABLE
-    return obj
-
-
-def _resolve(func: Any, name: str) -> Any:
-    """``name`` as Warp resolves the root of a called path: closure, globals, the ``warp`` module, builtins."""
-    code = getattr(func, "__code__", None)
-    closure = getattr(func, "__closure__", None) or ()
-    if code is not None and name in code.co_freevars:
-        try:
-            return closure[code.co_freevars.index(name)].cell_contents
-        except (ValueError, IndexError):
-            return _MISSING  # an empty cell
-    scope = getattr(func, "__globals__", {})
-    if name in scope:
-        return scope[name]
-    if hasattr(wp, name):
-        return getattr(wp, name)
-    return getattr(builtins, name, _MISSING)
 
 
 def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
@@ -206,10 +182,10 @@ def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
         if obj.is_builtin():
             return f"the builtin {obj.key}" if _analysis.racy_call(obj.key) else None
         return _function_blocker(obj, depth)
-    if obj is _MISSING:
+    if obj is _names.MISSING:
         # ``wp.tid``, ``wp.dot`` spelled through the module: Warp looks the last name up among its builtins
         # (and fails to build if it is none), so the name alone decides; any other missing name cannot be read.
-        head = _resolve(caller, name.split(".", 1)[0]) if "." in name else _MISSING
+        head = _names.resolve(caller, name.split(".", 1)[0]) if "." in name else _names.MISSING
         return None if head is wp else "not found"
     if _analysis.racy_call(getattr(obj, "__name__", None) or ""):
         return "a racy builtin under another name"
