@@ -92,15 +92,16 @@ def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
     """The key of the Warp builtin a call reaches (``atomic_add`` for ``wp.atomic_add`` and its aliases), or None.
 
     A name Python cannot resolve but whose root is the ``warp`` module (``wp.tid``), or a bare name that is
-    nothing in Python, is looked up by Warp among its builtins: its last part is the key.
+    nothing in Python, is looked up by Warp among its builtins: its last part is the key, if Warp has such a
+    builtin (otherwise the call is not a builtin's, and the caller treats it as one it cannot follow).
     """
     if isinstance(obj, wp.Function):
         return obj.key if obj.is_builtin() else None
     if obj is MISSING and name is not None:
-        if "." not in name:
-            return name
-        if resolve_path(func, name.rsplit(".", 1)[0]) is wp:
-            return name.rsplit(".", 1)[-1]
+        key = name.rsplit(".", 1)[-1]
+        root_is_warp = "." not in name or resolve_path(func, name.rsplit(".", 1)[0]) is wp
+        if root_is_warp and _warp_internals.is_builtin_name(key):
+            return key
     return None
 
 

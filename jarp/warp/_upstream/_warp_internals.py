@@ -75,6 +75,7 @@ __all__ = [
     "drop_overload",
     "error_string_address",
     "function_tree",
+    "is_builtin_name",
     "is_struct_type",
     "kernel_code_hash",
     "kernel_params",
@@ -1258,6 +1259,11 @@ def array_access(kernel: wp.Kernel, block_dim: int | None = None) -> dict[str, A
     return _generate(kernel, block_dim)[0]
 
 
+def is_builtin_name(name: str) -> bool:
+    """Whether Warp has a builtin function of this key (what it calls for a name Python does not resolve)."""
+    return name in wp._src.context.builtin_functions
+
+
 def codegen_error(kernel: wp.Kernel) -> str | None:
     """Warp's error when it cannot generate ``kernel``'s code (a generic overload whose types do not fit), or None."""
     return None if kernel.is_generic else _generate(kernel, None)[1]
@@ -1357,6 +1363,8 @@ def check_array_access() -> None:
         "func": {"a": (False, True), "b": (False, False)},
         "folded": {"a": (True, False), "b": (False, True)},
     }
+    assert is_builtin_name("atomic_add"), "Warp's builtin registry moved (is_builtin_name)"
+    assert not is_builtin_name("_jarp_no_such_builtin"), "Warp's builtin registry changed (is_builtin_name)"
     for name, kernel in probes.items():
         got = array_access(kernel)
         assert got is not None, f"Warp could not generate the probe kernel {name!r} (array_access)"
