@@ -397,3 +397,18 @@ def scatter_plus_kernel(indices: wp.array(dtype=int), weights: wp.array(dtype=fl
     # read in the store's index, never written
     i = wp.tid()
     out[indices[i]] += weights[i]
+
+
+@wp.kernel
+def repeated_tid_diagonal(out: wp.array2d(dtype=float)):
+    # One name for both thread indices: in a 2-d launch each thread writes a diagonal element, and no thread writes
+    # the rest of ``out``, which must therefore start zero-filled.
+    i, i = wp.tid()
+    out[i, i] = 1.0
+
+
+@wp.kernel
+def grid_fill(out: wp.array2d(dtype=float)):
+    # overwrites out[i, j] on every thread: the fill is skipped for a launch over exactly out's 2-d shape, only
+    i, j = wp.tid()
+    out[i, j] = 1.0
