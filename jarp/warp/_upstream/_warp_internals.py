@@ -1299,12 +1299,24 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> tuple[dict[str, Array
         # Warp warns about writes after reads (a gradient hazard for its tape, not a jarp concern)
         wp.config.log_level = max(level, wp.LOG_ERROR)
         try:
+            had_hasher = block_dim in module.hashers
             module.get_module_hash(block_dim)  # resolves the module's wp.static() expressions
+            if not had_hasher:
+                # the hasher holds every live kernel of the module: one left behind would keep a kernel the user
+                # dropped (and its plans) alive until the module changes
+                module.hashers.pop(block_dim, None)
             options = module.resolve_options(wp.config, block_dim=block_dim)
             options = options | {"output_arch": None, "verify_autograd_array_access": True}
             # A builder of this one kernel: Warp's ModuleBuilder builds the kernels its hasher lists
             only = _OneKernel(kernel)
-            wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
+            builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
+            # Warp leaves each built adjoint pointing at its builder, which lists the kernel: a long-lived
+            # @wp.func would keep this kernel (and its plans) alive
+            for fn in (kernel, *builder.functions):
+                if getattr(fn, "adj", None) is not None and fn.adj.builder is builder:
+                    fn.adj.builder = None
+            builder.kernels = []
+            only.forget()
             return {
                 arg.label: ArrayAccess(bool(arg.is_read), bool(arg.is_write))
                 for arg in kernel.adj.args
@@ -1336,10 +1348,13 @@ class _OneKernel:
 
     def __init__(self, kernel: wp.Kernel):
         self.unique_kernels: dict[str, wp.Kernel] = {}
-        self._kernel = kernel
+        self._kernel: wp.Kernel | None = kernel
 
     def get_unique_kernels(self) -> list[wp.Kernel]:
-        return [self._kernel]
+        return [] if self._kernel is None else [self._kernel]
+
+    def forget(self) -> None:
+        self._kernel = None
 
 
 def check_array_access() -> None:
