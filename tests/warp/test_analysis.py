@@ -277,13 +277,25 @@ def _blocker(kernel: wp.Kernel, launch_ndim: int = 1) -> str | None:
         # a function that reads arrays anywhere and stores into a local vector writes nothing another thread reads
         (kr.with_pure_helper, None),
         (kr.struct_store, None),
-        (kr.with_writing_helper, "line 4: the written array 'scratch' is used other than at the thread index (store_into(scratch, i, x[i]))"),
-        (kr.with_nested_writer, "line 4: the written array 'scratch' is used other than at the thread index (calls_a_writer"),
+        (
+            kr.with_writing_helper,
+            "line 4: the written array 'scratch' is used other than at the thread index (store_into(scratch, i, x[i]))",
+        ),
+        (
+            kr.with_nested_writer,
+            "line 4: the written array 'scratch' is used other than at the thread index (calls_a_writer",
+        ),
         # a written array handed to a function: Warp's record (the helper's atomic) makes it written, and a
         # written array may be used only at the thread index
-        (kr.with_counting_helper, "line 5: the written array 'counter' is used other than at the thread index (count_into(counter))"),
+        (
+            kr.with_counting_helper,
+            "line 5: the written array 'counter' is used other than at the thread index (count_into(counter))",
+        ),
         (kr.with_printing_helper, "line 4: shout: line 3: wp.printf"),
-        (kr.with_renamed_atomic, "line 4: the written array 'out' is used other than at the thread index (accumulate(out, 0, x[i]))"),
+        (
+            kr.with_renamed_atomic,
+            "line 4: the written array 'out' is used other than at the thread index (accumulate(out, 0, x[i]))",
+        ),
         (kr.struct_atomic, "line 4: wp.atomic_add"),
         # generic FEM kernels in liblaf/apple's style: per-element energies scattered with atomics, or stored
         (kr.FEM_OVERLOADS["fun_kernel"], "line 12: wp.atomic_add"),
