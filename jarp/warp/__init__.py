@@ -40,6 +40,7 @@ from ._options import JaxCallableCallOptions as JaxCallableCallOptions
 from ._options import JaxCallableOptions as JaxCallableOptions
 from ._options import JaxKernelCallOptions as JaxKernelCallOptions
 from ._options import JaxKernelOptions as JaxKernelOptions
+from ._plan._launch_checks import LaunchDimsWarning as LaunchDimsWarning
 from ._struct import struct as struct
 from ._to_warp import to_warp as to_warp
 
@@ -56,6 +57,7 @@ __all__ = [
     "JaxKernel",
     "JaxKernelCallOptions",
     "JaxKernelOptions",
+    "LaunchDimsWarning",
     "ParamInfo",
     "PlanInfo",
     "check_cuda_launches",

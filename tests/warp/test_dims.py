@@ -168,6 +168,25 @@ def test_pure_outputs_start_zero_filled(kind: Kind, where):
     np.testing.assert_array_equal(out, np.stack([expected, 2 * expected, -expected]))
 
 
+@pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
+def test_a_repeated_thread_index_name_keeps_the_zero_fill():
+    # ``i, i = wp.tid()`` then ``out[i, i] = 1.0`` over a 2-d launch writes the diagonal alone. It looks like the
+    # elementwise ``i, j`` store whose fill is skipped; skipped here, the rest of ``out`` would be left as it was.
+    n = 512
+    m = jax_kernel(k.repeated_tid_diagonal, launch_dims=(n, n), output_dims=(n, n))
+    expected = np.eye(n, dtype=np.float32)
+    (out,) = _in_poisoned_buffers(m, (), [(n, n)])
+    np.testing.assert_array_equal(out, expected)
+    for _ in range(3):
+        garbage = jnp.full((n, n), SENTINEL, jnp.float32).block_until_ready()
+        del garbage  # its memory is free for the next result
+        (out,) = m()
+        np.testing.assert_array_equal(out, expected)
+    x, y = jax.jit(lambda: (m()[0], 2.0 * m()[0]))()
+    np.testing.assert_array_equal(x, expected)
+    np.testing.assert_array_equal(y, 2.0 * expected)
+
+
 @over_kinds
 def test_in_out_argument(kind: Kind):
     m = kind("rowsum", in_out_argnames=["sums"])

@@ -28,8 +28,9 @@ import warp as wp
 from jax.test_util import check_grads
 
 import jarp
-from jarp.warp import jax_callable, jax_kernel, list_plans
+from jarp.warp import LaunchDimsWarning, jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi._registry import registry
+from jarp.warp._plan import _launch_checks
 from tests.warp.support import kernels_struct as ks
 from tests.warp.support.lowered import custom_calls
 
@@ -117,11 +118,13 @@ def test_warp_struct_instance_as_the_value() -> None:
     np.testing.assert_allclose(out, _scale_ref(2.0, w, x), rtol=1e-6)
 
 
-def test_launch_dims_come_from_the_first_array_parameter() -> None:
-    # the struct's w is longer than x; the launch (and the output) follow x
+def test_launch_dims_come_from_the_first_array_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the struct's w is longer than x; the launch (and the output) follow x, and jarp warns that w's tail is unused
+    monkeypatch.setattr(_launch_checks, "_warned_launches", set())  # each warning is given once per process
     w = np.linspace(0.5, 2.0, 9, dtype=np.float32)
     x = np.linspace(-1.0, 1.5, 4, dtype=np.float32)
-    (out,) = _scale({"k": 3.0, "w": w}, x)
+    with pytest.warns(LaunchDimsWarning, match=r"launch dims \(4,\)\. But the kernel indexes m\.w \(9 elements\)"):
+        (out,) = _scale({"k": 3.0, "w": w}, x)
     np.testing.assert_allclose(out, _scale_ref(3.0, w[:4], x), rtol=1e-6)
 
 

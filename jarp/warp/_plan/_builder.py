@@ -10,7 +10,7 @@ import numpy as np
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _analysis, _launch_checks, _races
+from . import _analysis, _dims, _launch_checks, _races
 from ._binding import BoundCall
 from ._signature import Signature
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -38,13 +38,20 @@ def build_plan(
         sig: the target's signature (a runtime scalar is a one-element array parameter in it).
         bound: the call's bound arguments.
         results: the result buffers (in-out first, then pure outputs).
-        launch_dims: the launch dims (``()`` for callables).
+        launch_dims: the launch dims (``()`` for callables); an `_dims.InferredLaunchDims` when no caller gave them,
+            which warns (`_launch_checks.LaunchDimsWarning`) of an array the kernel indexes with ``wp.tid()``
+            that the launch stops short of.
         has_side_effect: keep the call when its results are unused.
         graph_compatible: whether XLA may capture the call in a CUDA graph.
         name: the plan's name for messages and inspection.
         block_dim: threads per block (kernels; None for Warp's default).
         bounds_checked: whether the kernel is built with Warp's bounds checks (debug mode).
+
+    Returns:
+        The plan.
     """
+    inferred = isinstance(launch_dims, _dims.InferredLaunchDims)
+    launch_dims = tuple(launch_dims)
     if runs is Runs.KERNEL:
         _launch_checks.check_launch(target, launch_dims, block_dim, name)
     params = []
@@ -81,6 +88,8 @@ def build_plan(
             _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
         )
         _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
+        if inferred:
+            _launch_checks.warn_short_inferred_launch(accesses, params, operand_buffers, results, launch_dims, name)
     race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims)
     return Plan(
         runs=runs,

@@ -34,18 +34,38 @@ def default_launch_dims(bound: BoundCall) -> tuple[int, ...] | None:
     return next(iter(parameters + fields), None)
 
 
+class InferredLaunchDims(tuple[int, ...]):
+    """Launch dims that no caller gave: the first array input's Warp shape, as `launch_dims` infers them.
+
+    A plain tuple in every other respect. `_builder.build_plan` tells inferred dims from given ones by this type
+    (only an inferred launch may silently stop short of an array the kernel indexes with ``wp.tid()``) and stores
+    them in the plan as a plain tuple.
+    """
+
+    __slots__ = ()
+
+
 def _input_dims(bound: BoundCall, ndim: int) -> tuple[int, ...] | None:
     """The Warp shape of the first array parameter with ``ndim`` array dims, or None."""
     return next((shape for shape in _array_shapes(bound)[0] if len(shape) == ndim), None)
 
 
 def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
-    """The launch dims: ``requested`` if given, else the first array input's Warp shape."""
+    """The launch dims: ``requested`` if given, else the first array input's Warp shape.
+
+    Args:
+        requested: the ``launch_dims`` option (the call's, else the module's), or None.
+        bound: the bound call.
+        what: the module's name, for error messages.
+
+    Returns:
+        The launch dims; an `InferredLaunchDims` when ``requested`` is None.
+    """
     if requested is None:
         dims = default_launch_dims(bound)
         if dims is None:
             raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
-        return dims
+        return InferredLaunchDims(dims)
     return check_launch_dims(
         _launch_checks.normalize_launch_dims(requested, f"{what}: launch_dims"), f"{what}: launch_dims"
     )
@@ -66,6 +86,7 @@ def result_buffers(
         what: the module's name, for error messages.
     """
     sig = bound.sig
+    default_dims = None if default_dims is None else tuple(default_dims)  # a plain tuple, not `InferredLaunchDims`
     buffers = [
         Buffer(tuple(op.shape), np.dtype(op.dtype))
         for spec, op in zip(bound.operand_specs, bound.operands, strict=True)

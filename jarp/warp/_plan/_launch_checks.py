@@ -12,13 +12,21 @@ callback:
   that ``wp.tid()`` is never used. Warp's generated code decides that, for the
   module variant of each block dim a launch may use.
 * Warp arrays have 32-bit dims, so no array argument may have a dim above ``2**31 - 1``.
+
+A launch longer than an array the kernel indexes with ``wp.tid()`` on every thread is refused. A launch jarp
+inferred (no ``launch_dims`` given: the first array argument's shape, Warp's rule) that is shorter than such an
+array is legal but leaves part of the array untouched, so it raises a `LaunchDimsWarning`, once per plan.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import warp as wp
@@ -31,6 +39,16 @@ from ._values import Buffer, Param
 MAX_BLOCK_DIM = 1024
 # launch bounds carry the thread count as a size_t, and XLA sizes buffers with int64
 _MAX_LAUNCH_SIZE = 2**63 - 1
+
+
+class LaunchDimsWarning(UserWarning):
+    """A launch over inferred dims stops short of an array the kernel indexes with ``wp.tid()`` on every thread.
+
+    Without ``launch_dims`` (at construction or per call) a `jarp.warp.jax_kernel` launches over the first array
+    argument's Warp shape, as Warp does. When the kernel indexes a longer array (or struct array field) at every
+    thread's own index, the elements past the launch are never read or written: usually a forgotten
+    ``launch_dims``. Passing ``launch_dims`` explicitly, even equal to the inferred dims, silences it.
+    """
 
 
 def check_block_dim(value: Any, what: str) -> int | None:
@@ -180,21 +198,120 @@ def check_tid_indexed(
     """
     if not accesses or math.prod(launch_dims) == 0:  # an empty launch runs no thread
         return
+    for path, dim, component, extent in _tid_extents(accesses, params, operands, results, launch_dims):
+        if extent < launch_dims[component]:
+            threads = launch_dims[component]
+            raise ValueError(
+                f"{what}: the kernel indexes {path} with wp.tid() on every thread (dim {dim} of {path} by thread "
+                f"index {component}), but {path} has {extent} elements there and the launch runs {threads} "
+                f"threads (launch dims {launch_dims}); the threads past {extent - 1} would read or write out of "
+                "bounds. Without launch_dims jarp launches over the first array argument's shape, as Warp does: "
+                f"pass launch_dims= the extent of what the kernel iterates over (here {path}'s, {extent}), or "
+                f"give {path} at least {threads} elements."
+            )
+
+
+def _tid_extents(
+    accesses: Sequence[tuple[str, int, int]],
+    params: Sequence[Param],
+    operands: Sequence[Buffer],
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+) -> Iterator[tuple[str, int, int, int]]:
+    """Each access whose array and launch dim exist, with the array's extent there: ``(path, dim, component, n)``."""
     shapes = {spec.name: buf.shape[: spec.warp_ndim] for spec, buf in _array_buffers(params, operands, results)}
     for path, dim, component in accesses:
         shape = shapes.get(path)
         if shape is None or dim >= len(shape) or component >= len(launch_dims):
             continue
-        if shape[dim] < launch_dims[component]:
-            threads = launch_dims[component]
-            raise ValueError(
-                f"{what}: the kernel indexes {path} with wp.tid() on every thread (dim {dim} of {path} by thread "
-                f"index {component}), but {path} has {shape[dim]} elements there and the launch runs {threads} "
-                f"threads (launch dims {launch_dims}); the threads past {shape[dim] - 1} would read or write out of "
-                "bounds. Without launch_dims jarp launches over the first array argument's shape, as Warp does: "
-                f"pass launch_dims= the extent of what the kernel iterates over (here {path}'s, {shape[dim]}), or "
-                f"give {path} at least {threads} elements."
-            )
+        yield path, dim, component, shape[dim]
+
+
+# The inferred-launch warnings given so far, by text: a plan is built again at every trace of its call (a new
+# ``jax.jit``, an eager ``jax.vmap`` or ``jax.grad``), and its warning is worth reading once.
+_warned_launches: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_short_inferred_launch(
+    accesses: Sequence[tuple[str, int, int]],
+    params: Sequence[Param],
+    operands: Sequence[Buffer],
+    results: Sequence[Buffer],
+    launch_dims: tuple[int, ...],
+    what: str,
+) -> None:
+    """Warn, once per plan, when inferred launch dims stop short of an array the kernel indexes at every thread.
+
+    Call it only for launch dims no caller gave (the first array argument's shape). An array the kernel indexes
+    with ``wp.tid()`` on every thread that is longer than the launch along that dim has elements no thread reaches.
+    An empty launch is left alone: it is an empty problem, not a forgotten ``launch_dims``.
+
+    Args:
+        accesses: ``(path, array dim, tid component)`` from `_analysis.tid_indexed`.
+        params: the plan's parameters; operands, results: its buffers.
+        launch_dims: the inferred launch dims.
+        what: the module's name, for the message.
+
+    Warns:
+        LaunchDimsWarning: naming each longer array (or struct field), its extent, the launch dims and the fix.
+    """
+    if math.prod(launch_dims) == 0:
+        return  # an empty first array: an empty problem (its larger outputs come back zero), not a missed launch
+    found = list(_tid_extents(accesses, params, operands, results, launch_dims))
+    longer = [(path, dim, c, n) for path, dim, c, n in found if n > launch_dims[c]]
+    if not longer:
+        return
+    suggested = list(launch_dims)
+    for _, _, component, extent in longer:
+        suggested[component] = max(suggested[component], extent)
+    full = tuple(suggested)
+
+    def where(path: str, dim: int, component: int, extent: int) -> str:
+        elements = f"{extent} element{'' if extent == 1 else 's'}"
+        if len(launch_dims) == 1:
+            return f"{path} ({elements})"
+        return f"{path} (dim {dim}: {elements}, by thread index {component})"
+
+    arrays = " and ".join(where(*access) for access in longer)
+    short = [(path, dim, c, n) for path, dim, c, n in found if n < full[c]]
+    caveat = "".join(
+        f"; {where(*access)} is then too short: give it at least {full[access[2]]}" for access in dict.fromkeys(short)
+    )
+    message = (
+        f"{what}: no launch_dims was given, so the launch follows the first array argument's Warp shape (Warp's "
+        f"rule): launch dims {launch_dims}. But the kernel indexes {arrays} with wp.tid() on every thread, so no "
+        f"thread reads or writes {'its' if len(longer) == 1 else 'their'} elements past the launch. Pass "
+        f"launch_dims= the extent of what the kernel iterates over, e.g. launch_dims={full}{caveat}; or pass "
+        f"launch_dims={launch_dims} to keep this launch and silence this warning."
+    )
+    with _warned_lock:
+        if message in _warned_launches:
+            return
+        _warned_launches.add(message)
+    try:
+        warnings.warn(message, LaunchDimsWarning, stacklevel=_caller_stacklevel())
+    except BaseException:
+        # the warning was raised as an error (a warnings filter): the next build of the plan raises it again
+        with _warned_lock:
+            _warned_launches.discard(message)
+        raise
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside jarp, JAX and Equinox: the user's call, traced or eager."""
+    internal = tuple(
+        os.path.dirname(module.__file__ or "") + os.sep
+        for module in (sys.modules.get(name) for name in ("jarp", "jax", "jaxlib", "equinox"))
+        if module is not None and module.__file__
+    )
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(internal)
+        or frame.f_code.co_filename.endswith(("<string>", "contextlib.py"))
+    ):
+        frame, level = frame.f_back, level + 1
+    return level  # counted from this function's caller, as `warnings.warn` counts from its own
 
 
 def check_cuda_signature(kernel: wp.Kernel, block_dim: int | None, what: str) -> None:

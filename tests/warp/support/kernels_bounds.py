@@ -49,3 +49,10 @@ def gather(x: wp.array(dtype=wp.float32), idx: wp.array(dtype=wp.int32), y: wp.a
     # A data-dependent index (connectivity, a lookup table): only a check at run time can catch a bad one.
     i = wp.tid()
     y[i] = 2.0 * x[idx[i]]
+
+
+@wp.kernel
+def add_row(a: wp.array2d(dtype=wp.float32), row: wp.array(dtype=wp.float32), out: wp.array2d(dtype=wp.float32)):
+    # ``row`` is indexed by the second thread index: its length must match a's second dim
+    i, j = wp.tid()
+    out[i, j] = a[i, j] + row[j]
