@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import builtins
 import numbers
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -105,13 +105,25 @@ def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
     return None
 
 
-def constant(func: Any, expr: ast.expr, local_names: frozenset[str]) -> Any:
+def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapping[str, Any] | None = None) -> Any:
     """The value of a condition Warp evaluates at code generation, or `UNKNOWN`.
 
     Constants are literals (and what Warp substituted for an evaluated ``wp.static(...)``), names of the closure,
     globals or modules that hold a Python or NumPy number or bool (``FLAG``, ``config.DUAL``), and ``not``,
-    ``and``/``or`` and comparisons of constants. A name bound in the function is never a constant.
+    ``and``/``or`` and comparisons of constants. A name bound in the function is never a constant, except the
+    parameters in ``bound``: a function's parameters that every call being followed passes a constant.
+
+    Args:
+        func: the Python function whose code ``expr`` is in.
+        expr: the expression.
+        local_names: the names the function binds itself (`local_names`).
+        bound: parameters known constant at the call being followed (never reassigned in the body).
+
+    Returns:
+        The value, or `UNKNOWN`.
     """
+    if bound and isinstance(expr, ast.Name) and expr.id in bound:
+        return bound[expr.id]
     if isinstance(expr, ast.Constant):
         return expr.value if isinstance(expr.value, (bool, numbers.Number)) else UNKNOWN
     if isinstance(expr, (ast.Name, ast.Attribute)):
@@ -123,16 +135,16 @@ def constant(func: Any, expr: ast.expr, local_names: frozenset[str]) -> Any:
             return value
         return UNKNOWN
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        value = constant(func, expr.operand, local_names)
+        value = constant(func, expr.operand, local_names, bound)
         return UNKNOWN if value is UNKNOWN else not value
     if isinstance(expr, ast.BoolOp):
-        values = [constant(func, v, local_names) for v in expr.values]
+        values = [constant(func, v, local_names, bound) for v in expr.values]
         if any(v is UNKNOWN for v in values):
             return UNKNOWN
         return all(values) if isinstance(expr.op, ast.And) else any(values)
     if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
-        left = constant(func, expr.left, local_names)
-        right = constant(func, expr.comparators[0], local_names)
+        left = constant(func, expr.left, local_names, bound)
+        right = constant(func, expr.comparators[0], local_names, bound)
         if left is UNKNOWN or right is UNKNOWN:
             return UNKNOWN
         compare = _COMPARE.get(type(expr.ops[0]))
@@ -155,6 +167,11 @@ def function_tree(fn: Any) -> ast.FunctionDef | None:
     return _warp_internals.function_tree(fn)
 
 
+def assigned_names(tree: ast.FunctionDef) -> frozenset[str]:
+    """The names a function's body assigns (parameters it reassigns included; parameters alone not)."""
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+
 def local_names(tree: ast.FunctionDef) -> frozenset[str]:
     """The names a function binds itself: its parameters and every name it assigns (never resolved globally)."""
     args = tree.args
@@ -165,18 +182,20 @@ def local_names(tree: ast.FunctionDef) -> frozenset[str]:
     return frozenset(names)
 
 
-def live_nodes(func: Any, tree: ast.FunctionDef) -> Iterator[ast.AST]:
+def live_nodes(func: Any, tree: ast.FunctionDef, bound: Mapping[str, Any] | None = None) -> Iterator[ast.AST]:
     """Every node of the function body that Warp compiles: the untaken side of a constant condition is skipped.
 
     Warp folds ``if``/``elif`` statements and conditional expressions (``a if FLAG else b``) whose condition is
-    a constant (`constant`); both sides of any other condition are compiled.
+    a constant (`constant`); both sides of any other condition are compiled. With ``bound`` (parameters passed a
+    constant at the call being followed) the branches those parameters decide are skipped too: Warp compiles
+    them (``if (var_flag) ...``), but with the constant they never run.
     """
     names = local_names(tree)
     stack: list[ast.AST] = list(reversed(tree.body))
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.If, ast.IfExp)):
-            value = constant(func, node.test, names)
+            value = constant(func, node.test, names, bound)
             if value is not UNKNOWN:
                 yield node.test
                 taken = node.body if value else node.orelse

@@ -16,6 +16,7 @@ it is declared in-out. Two sources decide, and a write either one sees counts (i
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Any
 
 import warp as wp
@@ -53,10 +54,20 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
         The written ones, in the order of ``names``.
     """
     record = _warp_internals.array_access(kernel)
-    found = writes(kernel)
-    written = {n for n in names if n in found or any(p.startswith(n + ".") for p in found)}
+
+    def seen(found: tuple[str, ...]) -> set[str]:
+        return {n for n in names if n in found or any(p.startswith(n + ".") for p in found)}
+
+    # The resolver with call-site constants (``helper(x, i, False)`` skips the helper's ``if flag:``), and without
+    general, specialised = seen(writes(kernel, specialise=False)), seen(writes(kernel))
+    written = set(specialised)
     if record is not None:
-        written |= {n for n in names if n in record and record[n].written}
+        for n in names:
+            # Warp's record is context-insensitive: a function's parameter is written if any call could write it.
+            # It is overruled only where the resolver agrees with it on that model and proves the write dead for
+            # the constants this kernel passes; any other disagreement keeps the write.
+            if n in record and record[n].written and not (n in general and n not in specialised):
+                written.add(n)
     return tuple(n for n in names if n in written)
 
 
@@ -71,12 +82,21 @@ def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[
 
 
 @weak_cache
-def _kernel_writes(kernel: wp.Kernel) -> tuple[str, ...]:
+def _kernel_writes(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
     params = _warp_internals.kernel_params(kernel)
     types: dict[str, Any] = {}
     for label, warp_type in params:
         _add_types(types, label, warp_type, 0)
-    return tuple(sorted(_function_writes(kernel, {label: label for label, _ in params}, types, 0)))
+    context = _Context(types, specialise)
+    return tuple(sorted(_function_writes(kernel, {label: label for label, _ in params}, {}, context, 0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """What every function of one kernel's walk shares."""
+
+    types: dict[str, Any]  # the Warp type of each kernel parameter path (``"s.arr"``)
+    specialise: bool  # follow constants a call passes into the callee's conditions
 
 
 def _add_types(types: dict[str, Any], path: str, warp_type: Any, depth: int) -> None:
@@ -87,35 +107,54 @@ def _add_types(types: dict[str, Any], path: str, warp_type: Any, depth: int) -> 
             _add_types(types, f"{path}.{field}", field_type, depth + 1)
 
 
-def writes(kernel: wp.Kernel) -> tuple[str, ...]:
+def writes(kernel: wp.Kernel, specialise: bool = True) -> tuple[str, ...]:
     """Every parameter path ``kernel``'s compiled code may write: ``"x"``, ``"s.arr"``, or ``"s"`` (whole).
 
-    Cached with the kernel.
+    Args:
+        kernel: a concrete kernel.
+        specialise: skip a called function's branches that the constants the call passes decide
+            (``bump_if(x, i, False)`` with ``if flag: a[i] = ...``): Warp compiles them, but they never run.
+
+    Returns:
+        The paths, sorted. Cached with the kernel.
     """
-    return _kernel_writes(kernel)
+    return _kernel_writes(kernel, specialise)
 
 
-def _function_writes(fn: Any, roots: dict[str, str], types: dict[str, Any], depth: int) -> set[str]:
-    """The caller's paths that ``fn`` writes, given which caller path each of its parameters names (``roots``)."""
+def _function_writes(fn: Any, roots: dict[str, str], consts: dict[str, Any], context: _Context, depth: int) -> set[str]:
+    """The caller's paths that ``fn`` writes, given which caller path each of its parameters names (``roots``)
+    and which of its parameters the call passes a constant (``consts``)."""
     if not roots:
         return set()
     tree = _names.function_tree(fn)
     if tree is None or depth >= _MAX_DEPTH:
         return set(roots.values())  # unreadable or too deep: every array handed to it counts as written
-    return _Walk(fn, tree, roots, types, depth).run()
+    reassigned = _names.assigned_names(tree)
+    consts = {k: v for k, v in consts.items() if k not in reassigned} if context.specialise else {}
+    return _Walk(fn, tree, roots, consts, context, depth).run()
 
 
 class _Walk:
     """One function's stores, atomics and calls, on the branches Warp compiles."""
 
-    def __init__(self, fn: Any, tree: ast.FunctionDef, roots: dict[str, str], types: dict[str, Any], depth: int):
+    def __init__(
+        self,
+        fn: Any,
+        tree: ast.FunctionDef,
+        roots: dict[str, str],
+        consts: dict[str, Any],
+        context: _Context,
+        depth: int,
+    ):
         self.fn = fn
-        self.types = types
+        self.context = context
+        self.types = context.types
+        self.consts = consts
         self.func = getattr(fn, "func", None)
         self.tree = tree
         self.depth = depth
         self.locals = _names.local_names(tree)
-        self.nodes = list(_names.live_nodes(self.func, tree))
+        self.nodes = list(_names.live_nodes(self.func, tree, consts))
         self.paths: dict[str, str] = dict(roots)  # name or dotted local path -> caller path
         self.written: set[str] = set()
 
@@ -203,12 +242,28 @@ class _Walk:
                 roots |= {k: p for k, p in named if p is not None and k is not None}
                 if len(roots) < sum(1 for _, p in (*handed, *named) if p is not None):
                     self.written.update(p for _, p in (*handed, *named) if p is not None)  # *args, **kwargs
-                self.written |= _function_writes(overload, roots, self.types, self.depth + 1)
+                self.written |= _function_writes(
+                    overload, roots, self._constants(node, params), self.context, self.depth + 1
+                )
             return
         if isinstance(obj, type) or _warp_internals.is_struct_type(obj):
             return  # a constructor (a struct, a vector): it copies what it is given
         # A callee jarp cannot follow (computed, a callable parameter): what it is handed counts as written
         self.written.update(p for _, p in (*handed, *named) if p is not None)
+
+    def _constants(self, node: ast.Call, params: list[str]) -> dict[str, Any]:
+        """The callee's parameters that this call passes a constant (a literal, a captured flag, or a constant
+        this function was itself passed)."""
+        if not self.context.specialise:
+            return {}
+        consts: dict[str, Any] = {}
+        pairs = [(params[i], a) for i, a in enumerate(node.args) if i < len(params)]
+        pairs += [(k.arg, k.value) for k in node.keywords if k.arg is not None]
+        for param, arg in pairs:
+            value = _names.constant(self.func, arg, self.locals, self.consts)
+            if value is not _names.UNKNOWN:
+                consts[param] = value
+        return consts
 
 
 def _dotted(expr: ast.expr) -> str | None:

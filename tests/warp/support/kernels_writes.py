@@ -168,5 +168,45 @@ def literal_false_into_func(x: wp.array(dtype=float), y: wp.array(dtype=float)):
     y[i] = x[i] + 1.0
 
 
+@wp.kernel
+def literal_true_into_func(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    bump_if(x, i, True)
+    y[i] = 1.0
+
+
+@wp.func
+def relay_flag(a: wp.array(dtype=float), i: int, flag: bool):
+    bump_if(a, i, flag)
+
+
+@wp.kernel
+def literal_false_through_two_funcs(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    relay_flag(x, i, False)
+    y[i] = x[i] + 1.0
+
+
+@wp.func
+def flips_flag(a: wp.array(dtype=float), i: int, flag: bool):
+    flag = not flag  # the parameter is reassigned: the constant passed in no longer decides the branch
+    if flag:
+        a[i] = a[i] + 100.0
+
+
+@wp.kernel
+def literal_false_flipped(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    flips_flag(x, i, False)
+    y[i] = 1.0
+
+
+@wp.kernel
+def runtime_flag_into_func(x: wp.array(dtype=float), flags: wp.array(dtype=int), y: wp.array(dtype=float)):
+    i = wp.tid()
+    bump_if(x, i, flags[i] != 0)
+    y[i] = 1.0
+
+
 WRITERS = (dotted_writes_x, keyword_writes_x, closure_writes_x, aliased_atomic_writes_x)
 STRUCT_WRITERS = (struct_field_to_func, struct_field_store, struct_to_func, struct_to_closure_func)
