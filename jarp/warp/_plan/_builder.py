@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
-from . import _analysis, _dims, _launch_checks, _races
+from . import _analysis, _dims, _launch_checks, _names, _races
 from ._binding import BoundCall
 from ._signature import Signature
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -85,7 +84,7 @@ def build_plan(
     zero_results = _zero_filled(target, sig, results, launch_dims, name, tid_known)
     if tid_known:
         accesses = _analysis.tid_indexed(
-            _warp_internals.kernel_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
+            _names.compiled_source(target), tuple(s.name for s in sig.params if s.is_array or s.is_struct)
         )
         _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
         if inferred:
@@ -126,9 +125,7 @@ def _zero_filled(
     ``tid_known``: ``target`` is a kernel whose thread index is Warp's ``wp.tid`` (else nothing counts as overwritten).
     """
     if tid_known:
-        overwritten = _analysis.overwritten_outputs(
-            _warp_internals.kernel_source(target), tuple(s.name for s in sig.outputs)
-        )
+        overwritten = _analysis.overwritten_outputs(_names.compiled_source(target), tuple(s.name for s in sig.outputs))
     else:
         overwritten = {}
     zero = []

@@ -44,7 +44,7 @@ import numpy as np
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _analysis, _annotations, _dtypes, _launch_checks, _races, _runtime_scalars
+from . import _analysis, _annotations, _dtypes, _launch_checks, _names, _races, _runtime_scalars
 from ._arg_spec import MAX_WARP_NDIM, ArgSpec
 from ._signature import param_spec
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -986,7 +986,7 @@ def _check_plan(plan: Plan) -> None:
             _launch_checks.check_launch(plan.target, plan.launch_dims, plan.block_dim, plan.name)
             names = tuple(p.spec.name for p in plan.params if p.spec.is_array or p.spec.is_struct)
             accesses = (
-                _analysis.tid_indexed(_warp_internals.kernel_source(plan.target), names)
+                _analysis.tid_indexed(_names.compiled_source(plan.target), names)
                 if _races.warps_thread_index(plan.target)
                 else ()
             )

@@ -203,3 +203,47 @@ def live_nodes(func: Any, tree: ast.FunctionDef, bound: Mapping[str, Any] | None
                 continue
         yield node
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def compiled_source(fn: Any) -> str:
+    """The source of what Warp compiles for a kernel or ``@wp.func``: its ``wp.static`` values substituted and its
+    constant branches folded (`live_nodes`), as text for the analyses that read source (`_analysis`).
+
+    The text is regenerated (``ast.unparse``), so its line numbers are not the user's. Where Warp's tree cannot be
+    turned back into source (a ``wp.static`` value with no literal form), the user's own source: an analysis of it
+    sees every branch, which only makes it more careful.
+    """
+    source = _warp_internals.kernel_source(fn)
+    tree = function_tree(fn)
+    if tree is None:
+        return source
+    try:
+        fresh = ast.parse(ast.unparse(tree)).body[0]  # a private copy: Warp's tree is never changed
+    except (SyntaxError, ValueError, TypeError, RecursionError):
+        return source
+    if not isinstance(fresh, ast.FunctionDef):
+        return source
+    fresh = _Fold(getattr(fn, "func", None), local_names(fresh)).visit(fresh)
+    return ast.unparse(ast.fix_missing_locations(fresh))
+
+
+class _Fold(ast.NodeTransformer):
+    """Replace each ``if``/conditional expression on a constant (`constant`) by the side that runs."""
+
+    def __init__(self, func: Any, names: frozenset[str]):
+        self.func = func
+        self.names = names
+
+    def visit_If(self, node: ast.If) -> Any:
+        value = constant(self.func, node.test, self.names)
+        if value is UNKNOWN:
+            return self.generic_visit(node)
+        taken = [self.visit(stmt) for stmt in (node.body if value else node.orelse)]
+        flat = [s for stmt in taken for s in (stmt if isinstance(stmt, list) else [stmt]) if s is not None]
+        return flat or ast.Pass()
+
+    def visit_IfExp(self, node: ast.IfExp) -> Any:
+        value = constant(self.func, node.test, self.names)
+        if value is UNKNOWN:
+            return self.generic_visit(node)
+        return self.visit(node.body if value else node.orelse)

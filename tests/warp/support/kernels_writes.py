@@ -210,3 +210,17 @@ def runtime_flag_into_func(x: wp.array(dtype=float), flags: wp.array(dtype=int),
 
 WRITERS = (dotted_writes_x, keyword_writes_x, closure_writes_x, aliased_atomic_writes_x)
 STRUCT_WRITERS = (struct_field_to_func, struct_field_store, struct_to_func, struct_to_closure_func)
+
+
+def make_extent_variant(use_weights: bool):
+    """A factory whose folded branch indexes ``w`` by the thread index: only the taken branch bounds the launch."""
+
+    @wp.kernel
+    def extent_variant(x: wp.array(dtype=float), w: wp.array(dtype=float), y: wp.array(dtype=float)):
+        i = wp.tid()
+        if use_weights:
+            y[i] = w[i] * x[i]
+        else:
+            y[i] = x[i]
+
+    return extent_variant
