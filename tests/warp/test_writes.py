@@ -209,3 +209,19 @@ def test_warps_record_and_the_resolver_agree_on_every_kernel() -> None:
     assert disagreements == _RESOLVER_ONLY
     # the constants a call passes make these writes dead: the only writes of Warp's record jarp overrules
     assert specialised == {"literal_false_into_func": {"x"}, "literal_false_through_two_funcs": {"x"}}
+
+
+def _launch_struct_writer(kernel: wp.Kernel, s: kw.Holder, y: wp.array(dtype=float)) -> None:
+    wp.launch(kernel, dim=y.shape[0], inputs=[s], outputs=[y], device=y.device)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("kernel", kw.STRUCT_WRITERS, ids=_key)
+def test_a_callable_writing_a_struct_field_never_changes_the_callers_array(kernel: wp.Kernel, jit: bool) -> None:
+    c = jax_callable(functools.partial(_launch_struct_writer, kernel), output_dims={"y": N})
+    z = jnp.zeros(N, jnp.float32)
+    (y,) = (jax.jit(c) if jit else c)({"arr": z})
+    np.testing.assert_array_equal(y, np.ones(N, np.float32))
+    np.testing.assert_array_equal(z, np.zeros(N, np.float32))
+    total = jax.jit(lambda z: jnp.sum(c({"arr": z})[0]) + jnp.sum(z))(z + 1.0)
+    assert float(total) == pytest.approx(N + N * 1.0)
