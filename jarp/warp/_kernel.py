@@ -18,7 +18,7 @@ from ._base import (
     value_callable_field,
 )
 from ._options import JaxKernelOptions
-from ._plan import _analysis, _dims, _launch_checks, _preload, _runtime_scalars, _writes
+from ._plan import _analysis, _dims, _launch_checks, _names, _preload, _runtime_scalars, _writes
 from ._plan._binding import BoundCall, warp_dtypes
 from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature
@@ -195,9 +195,8 @@ class JaxKernel(AbstractWarpModule):
         for target in concrete:
             _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
         if self.enable_backward and sig.num_in_out:
-            stored = _analysis.plainly_stored(
-                _warp_internals.kernel_source(self.kernel), tuple(p.name for p in sig.in_out)
-            )
+            # what Warp compiles: an overwrite in a branch it folds away is none
+            stored = _analysis.plainly_stored(_names.compiled_source(self.kernel), tuple(p.name for p in sig.in_out))
             if stored:
                 raise ValueError(
                     f"{_WHAT}: in_out_argnames {list(stored)} are overwritten (`a[i] = ...`) by kernel "

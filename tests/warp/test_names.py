@@ -105,3 +105,10 @@ def test_a_folded_store_counts_for_the_zero_fill() -> None:
     assert _zero_results(kw.make_variant(False), x) == (0,)
     # in the writing variant the folded store is top-level code: both outputs are overwritten, no fill
     assert _zero_results(kw.make_variant(True), x) == ()
+
+
+def test_an_overwrite_warp_folds_away_does_not_block_the_adjoint() -> None:
+    # enable_backward refuses in-out arguments the kernel overwrites; only the overwriting variant compiles one
+    jax_kernel(kw.make_accumulator(False), in_out_argnames=("acc",), enable_backward=True)
+    with pytest.raises(ValueError, match=r"in_out_argnames \['acc'\] are overwritten"):
+        jax_kernel(kw.make_accumulator(True), in_out_argnames=("acc",), enable_backward=True)

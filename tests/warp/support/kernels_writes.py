@@ -224,3 +224,17 @@ def make_extent_variant(use_weights: bool):
             y[i] = x[i]
 
     return extent_variant
+
+
+def make_accumulator(overwrite: bool):
+    """An in-out accumulator whose overwriting branch only one variant compiles (Warp cannot differentiate it)."""
+
+    @wp.kernel
+    def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
+        i = wp.tid()
+        if overwrite:
+            acc[i] = x[i]
+        else:
+            acc[i] += x[i]
+
+    return accumulate
