@@ -64,44 +64,6 @@ def test_overwritten_outputs(source, outputs, expected):
 
 
 @pytest.mark.parametrize(
-    ("body", "written"),
-    [
-        ("s.a[i] = 1.0", ("s.a",)),
-        ("s.inner.b[i] += 1.0", ("s.inner.b",)),
-        ("wp.atomic_add(s.a, i, 1.0)", ("s.a",)),
-        ("out[i] = s.a[i] * s.k", ()),
-        ("t = s.a[i]\n    out[i] = t", ()),
-        ("s.a[s.idx[i]] += 1.0", ("s.a",)),  # the index is read, not written
-        ("s.a[i], out[i] = 1.0, 2.0", ("s.a",)),
-    ],
-)
-def test_written_struct_fields(body, written):
-    source = f"def k(s: S, out: wp.array(dtype=float)):\n    i = wp.tid()\n    {body}\n"
-    assert _analysis.written_struct_fields(source, ("s",)) == written
-
-
-@pytest.mark.parametrize(
-    ("body", "written"),
-    [
-        ("out[i] = a[i]", ("out",)),
-        ("out[index[i]] += a[i]", ("out",)),  # a scatter: ``index`` is only read
-        ("out[index[index[i]]] = a[i]", ("out",)),
-        ("out[i][0] = a[i]", ("out",)),
-        ("out[i].x = a[i]", ("out",)),
-        ("out[i], a[i] = 1.0, 2.0", ("a", "out")),
-        ("b = a\n    b[index[i]] = 1.0", ("a",)),
-        ("v = wp.vec3()\n    v[0] = a[i]\n    out[i] = v[0]", ("out",)),
-        ("wp.atomic_add(out, index[i], a[i])", ("out",)),
-        ("h = Holder()\n    h.arr = a\n    h.arr[0] = 1.0", ("a",)),  # through a local struct's field
-    ],
-)
-def test_written_arrays(body: str, written: tuple[str, ...]) -> None:
-    source = f"def k(index: wp.array(dtype=int), a: wp.array(dtype=float), out: wp.array(dtype=float)):\n    i = wp.tid()\n    {body}\n"
-    direct, _ = _analysis.written_arrays(source, ("index", "a", "out"))
-    assert direct == tuple(n for n in ("index", "a", "out") if n in written)
-
-
-@pytest.mark.parametrize(
     ("body", "stored"),
     [("out[index[i]] = a[i]", ("out",)), ("out[index[i]] += a[i]", ()), ("out[i], a[i] = 1.0, 2.0", ("a", "out"))],
 )

@@ -22,6 +22,7 @@ import tests.warp.support as support
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan import _names, _writes
 from jarp.warp._upstream import _warp_internals
+from tests.warp.support import kernels_write_spellings as ks
 from tests.warp.support import kernels_writes as kw
 
 N = 4
@@ -155,6 +156,8 @@ _RESOLVER_ONLY = {
     "sum_kernel": {"total"},
     "scatter_add_kernel": {"out"},
     "alias_input_kernel": {"victim"},
+    "through_alias": {"a"},
+    "through_local_struct": {"a"},
     "shift_through_local_struct": {"out"},
     "alias_of_local_struct_field": {"out"},
     "shift_through_a_function": {"out"},
@@ -225,3 +228,13 @@ def test_a_callable_writing_a_struct_field_never_changes_the_callers_array(kerne
     np.testing.assert_array_equal(z, np.zeros(N, np.float32))
     total = jax.jit(lambda z: jnp.sum(c({"arr": z})[0]) + jnp.sum(z))(z + 1.0)
     assert float(total) == pytest.approx(N + N * 1.0)
+
+
+@pytest.mark.parametrize(("kernel", "written"), list(ks.WRITES.items()), ids=lambda v: getattr(v, "key", None))
+def test_what_each_spelling_writes(kernel: wp.Kernel, written: tuple[str, ...]) -> None:
+    assert _writes.writes(kernel) == tuple(sorted(written))
+    params = _warp_internals.kernel_params(kernel)
+    arrays = tuple(label for label, t in params if wp.types.is_array(t))
+    assert _writes.written_inputs(kernel, arrays) == tuple(p for p in arrays if p in written)
+    structs = tuple(label for label, t in params if _warp_internals.is_struct_type(t))
+    assert _writes.written_struct_fields(kernel, structs) == tuple(sorted(w for w in written if "." in w))

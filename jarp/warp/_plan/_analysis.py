@@ -1,5 +1,6 @@
-"""Static analysis of kernel source: which outputs every launch thread overwrites, which arrays it writes, and
-which arrays it indexes with its thread index.
+"""Static analysis of kernel source (the code Warp compiles, `_names.compiled_source`): which outputs every launch
+thread overwrites, which in-out arrays it overwrites, which arrays it indexes with its thread index, and whether its
+threads touch only their own elements. What a kernel writes is `_writes`'s.
 
 jarp zero-fills pure outputs before a launch so that accumulating kernels are
 correct. For the common elementwise kernel (``out[i] = ...`` with ``i = wp.tid()``)
@@ -171,73 +172,6 @@ def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n in stored)
 
 
-_WRITING_CALLS = ("array_store",)
-
-
-@functools.lru_cache(maxsize=1024)
-def written_arrays(source: str, names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, int, str], ...]]:
-    """Which of ``names`` the function body writes: ``a[i] = ...``, ``a[i] += ...``, ``wp.atomic_*(a, ...)``.
-
-    Local aliases (``b = a``, then writes through ``b``) count as writes to ``a``.
-
-    Returns:
-        The names written directly, and the calls ``(callee name, argument position, name)``
-        that pass one of ``names`` on, for the caller to follow into ``@wp.func`` bodies.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return (), ()
-    # alias -> the parameter it refers to, to a fixed point (b = a; c = b)
-    alias = {n: n for n in names}
-    changed = True
-    while changed:
-        changed = False
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in alias:
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id not in alias:
-                        alias[target.id] = alias[node.value.id]
-                        changed = True
-    written = set()
-
-    def mark(expr: ast.expr) -> None:
-        for target in _store_targets([expr]):
-            base = stored_array(target)
-            if isinstance(base, ast.Name) and base.id in alias:
-                written.add(alias[base.id])
-
-    calls = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            for pos, arg in enumerate(node.args):
-                if isinstance(arg, ast.Name) and arg.id in alias:
-                    calls.append((node.func.id, pos, alias[arg.id]))
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                mark(target)
-            # ``h.arr = a`` (a local struct's field): stores through ``h.arr`` write ``a``, which this does not follow
-            if (
-                isinstance(node.value, ast.Name)
-                and node.value.id in alias
-                and any(isinstance(t, ast.Attribute) for t in _store_targets(node.targets))
-            ):
-                written.add(alias[node.value.id])
-        elif isinstance(node, ast.AugAssign):
-            mark(node.target)
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            first = node.args[0]
-            if (
-                (name.startswith("atomic_") or name in _WRITING_CALLS)
-                and isinstance(first, ast.Name)
-                and first.id in alias
-            ):
-                written.add(alias[first.id])
-    return tuple(n for n in names if n in written), tuple(calls)
-
-
 def attribute_path(node: ast.expr) -> tuple[str, ...] | None:
     """``s.a.b`` as ``("s", "a", "b")``; None for anything else."""
     parts = []
@@ -247,43 +181,6 @@ def attribute_path(node: ast.expr) -> tuple[str, ...] | None:
     if not isinstance(node, ast.Name) or not parts:
         return None
     return (node.id, *reversed(parts))
-
-
-@functools.lru_cache(maxsize=1024)
-def written_struct_fields(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """The array fields of struct parameters ``names`` that the kernel writes (``s.f[i] = ...``, ``+=``, atomics).
-
-    Returns:
-        Dotted paths (``"mesh.verts"``), in order of appearance. Unparsable source writes nothing
-        that can be named (the caller cannot refuse what it cannot see).
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return ()
-    written: list[str] = []
-
-    def mark(expr: ast.expr | None) -> None:
-        path = attribute_path(expr) if expr is not None else None
-        if path is not None and path[0] in names:
-            name = ".".join(path)
-            if name not in written:
-                written.append(name)
-
-    for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, ast.AugAssign):
-            targets = [node.target]
-        for target in _store_targets(targets):
-            mark(stored_array(target))
-        if isinstance(node, ast.Call) and node.args:
-            func = node.func
-            fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if fname.startswith("atomic_") or fname in _WRITING_CALLS:
-                mark(node.args[0])
-    return tuple(written)
 
 
 def _tid_derived(fn: ast.FunctionDef, tid_names: tuple[str, ...]) -> set[str]:

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import warp as wp  # noqa: E402
 
 import jarp.warp as jw  # noqa: E402
-from jarp.warp._plan import _analysis  # noqa: E402
+from jarp.warp._plan import _writes  # noqa: E402
 from jarp.warp._upstream import _warp_internals  # noqa: E402
 
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
@@ -98,7 +98,7 @@ def _lower(f: Callable[..., Any], args: list[Any]) -> None:
 def _prepare(kernel: wp.Kernel, **extra: Any) -> dict[str, str]:
     """Lower the forward, runtime-scalar and backward launches of one concrete kernel for CUDA; what happened."""
     names = tuple(a.label for a in kernel.adj.args)
-    written = set(_analysis.written_arrays(_warp_internals.kernel_source(kernel), names)[0])
+    written = set(_writes.written_inputs(kernel, names))
     n_out = 1
     while n_out < len(names) - 1 and names[-1 - n_out] in written:
         n_out += 1
