@@ -53,7 +53,7 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
     Returns:
         The written ones, in the order of ``names``.
     """
-    record = _warp_internals.array_access(kernel)
+    record = _record(kernel)
 
     def seen(found: tuple[str, ...]) -> set[str]:
         return {n for n in names if n in found or any(p.startswith(n + ".") for p in found)}
@@ -76,9 +76,15 @@ def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[
 
     A struct handed whole to something jarp cannot follow counts as written whole (its name alone).
     """
-    _warp_internals.array_access(kernel)  # Warp's hash pass substitutes the wp.static() expressions first
+    _record(kernel)  # Warp's hash pass substitutes the wp.static() expressions first
     found = writes(kernel)
     return tuple(p for p in found if p.split(".", 1)[0] in structs)
+
+
+@weak_cache
+def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
+    """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`), generated once per kernel."""
+    return _warp_internals.array_access(kernel)
 
 
 @weak_cache
