@@ -9,9 +9,11 @@ The flow, one file a step:
    targets; `_arg_checks` holds the checks of one value against its spec.
 3. `_dims`: launch dims and output shapes; `_launch_checks`: what ``wp.launch`` would refuse, and launches
    longer than an array the kernel indexes with ``wp.tid()``.
-4. `_analysis` (which arrays a kernel writes, and indexes with its thread index; whether its threads touch only
-   their own elements), `_races` (that proof followed into the ``@wp.func`` bodies it calls: whether a CPU launch
-   may be split across threads), `_runtime_scalars` (the kernel variants that read runtime values, and the
+4. What a kernel does, judged by the code Warp compiles: `_names` (names resolved as Warp resolves them, the
+   branches it folds, the compiled source), `_writes` (which inputs and struct fields it writes: Warp's own
+   read/write record completed by the resolver), `_analysis` (which outputs it overwrites, which arrays it indexes
+   with its thread index; whether its threads touch only their own elements), `_races` (that proof followed into
+   the ``@wp.func`` bodies it calls: whether a CPU launch may be split across threads), `_runtime_scalars` (the kernel variants that read runtime values, and the
    bounds-checked build), `_static_keys`, `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
 6. `_describe`: a plan's content description (canonical text, nothing process-local) for compiled programs
