@@ -8,10 +8,14 @@ References are NumPy (and ``wp.launch`` for the half type, whose rounding jarp m
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import struct
+import warnings
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,10 +24,14 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jarp.warp import _eager, jax_callable, jax_kernel
+from jarp.warp import _base, _eager, jax_callable, jax_kernel
+from jarp.warp._base import value_callable
 from jarp.warp._ffi import _registry
 from jarp.warp._plan import _values
 from jarp.warp._plan._static_keys import Static, canonical, static_key
+from tests.warp.support import kernels as k
+from tests.warp.support import kernels64 as k64
+from tests.warp.support import kernels_review as kr
 from tests.warp.support import kernels_static_keys as K
 
 X = np.array([-1.0, 1.0, 2.0], np.float32)
@@ -386,3 +394,294 @@ def test_numpy_ints_floats_and_bools_next_to_python_ones(mode: str) -> None:
     expected = [(int(n), float(_float32_of(f)), bool(b)) for n, f, b in (*_MIXED, *reversed(_MIXED))]
     assert [(n, f, b) for n, f, b in K.SEEN] == expected
     assert all(math.copysign(1.0, f) == math.copysign(1.0, e[1]) for (_, f, _), e in zip(K.SEEN, expected, strict=True))
+
+
+# --- long double statics: no Warp or JAX dtype, refused with what to pass ----------------------------------------------
+
+_LONG_DOUBLES = [
+    np.longdouble(2.0),
+    np.longdouble(1) / np.longdouble(3),
+    np.clongdouble(2.0),
+    np.array(2, np.longdouble),
+]
+_LONG_DOUBLE_HINT = r"long double .*has no Warp or JAX dtype\. Pass a Python float or np\.float64"
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("value", _LONG_DOUBLES, ids=["exact", "inexact", "complex", "0-d array"])
+def test_long_double_statics_are_refused_naming_the_argument(mode: str, value: Any) -> None:
+    k, c = jax_kernel(K.divide_kernel), jax_callable(K.record_statics)
+    x = jnp.asarray(X)
+    (out,) = k(x, 2.0)  # a Python float of the same value first: no cached executable may take the long double
+    np.testing.assert_array_equal(out, X / np.float32(2.0))
+    with pytest.raises(TypeError, match=r"kernel 'divide_kernel': scalar argument 's' got np\.c?longdouble"):
+        k(x, value) if mode == "eager" else jax.jit(lambda x: k(x, value))(x)
+    with pytest.raises(TypeError, match=rf"record_statics: scalar argument 'f' got .*{_LONG_DOUBLE_HINT}"):
+        c(x, 1, value, True) if mode == "eager" else jax.jit(lambda x: c(x, 1, value, True))(x)
+
+
+def test_long_double_statics_work_as_the_float64_the_message_says() -> None:
+    (out,) = jax_kernel(K.divide_kernel)(jnp.asarray(X), float(np.longdouble(1) / np.longdouble(3)))
+    np.testing.assert_array_equal(out, X / np.float32(1 / 3))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("scale", np.longdouble(2.0)), ("scale", np.clongdouble(2.0)), ("v", (np.longdouble(1.0), 2.0))],
+    ids=["longdouble", "clongdouble", "vector item"],
+)
+def test_long_double_struct_value_fields_are_refused_naming_the_field(field: str, value: Any) -> None:
+    p = {"scale": 2.0, "v": (1.0, 2.0), field: value}
+    with pytest.raises(TypeError, match=rf"struct field 'p\.{field}' got .*{_LONG_DOUBLE_HINT}"):
+        jax_kernel(K.struct_divide_kernel, num_outputs=2)(jnp.asarray(X), p)
+
+
+@pytest.mark.x64
+def test_long_double_statics_are_refused_for_float64_parameters() -> None:
+    a = jnp.arange(3.0, dtype=jnp.float64)
+    k = jax_kernel(k64.scale_sum_square64)
+    with pytest.raises(TypeError, match=rf"scalar argument 's' got np\.longdouble\('2\.0'\); {_LONG_DOUBLE_HINT}"):
+        k(a, a, np.longdouble(2.0))
+    np.testing.assert_array_equal(k(a, a, np.float64(2.0))[0], (2 * np.asarray(a) + np.asarray(a)) ** 2)
+
+
+# --- user callables: what a closure captures compares by value, or the rebuild warns -----------------------------------
+#
+# A module option holding a function (arg_types_factory, jvp, vjp, a jax_callable's function) is static: a model that
+# builds its modules afresh retraces unless the function compares equal to the last build's. Captured closures and
+# partials compare by value, level by level; a captured object that compares by identity (or an unhashable one) makes
+# every rebuilt module differ, and the second build warns, naming the option, the closure and the captured value.
+
+
+class _Plain:
+    """A class without ``__eq__``: its instances compare by identity."""
+
+    def arg_types(self, a_dtype: Any, b_dtype: Any) -> list[Any]:
+        return k64.generic_add_arg_types_list(a_dtype, b_dtype)
+
+
+_LONG_LIVED = _Plain()
+_Y = jnp.arange(4.0, dtype=jnp.float32)
+
+
+class _Adder(eqx.Module):
+    add: Any
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        return self.add(a, b)[0]
+
+
+def _count_traces(factory: Any, n: int = 3) -> int:
+    """How many times ``eqx.filter_jit`` traces a call of ``n`` models, each with a module built from ``factory()``."""
+    count = 0
+
+    @eqx.filter_jit
+    def run(model: _Adder, a: Any, b: Any) -> Any:
+        nonlocal count
+        count += 1
+        return model(a, b)
+
+    for _ in range(n):
+        model = _Adder(jax_kernel(k64.generic_add_kernel, arg_types_factory=factory()))
+        np.testing.assert_allclose(run(model, _Y, _Y), 2 * np.asarray(_Y))
+    return count
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that has not warned yet (the warning is once per process and option) nor seen a closure."""
+    monkeypatch.setattr(_base, "_warned", set())
+    monkeypatch.setattr(_base, "_nested_seen", {})
+
+
+def _over_closure() -> Any:
+    g = lambda a, b: k64.generic_add_arg_types_list(a, b)  # noqa: E731 - a new closure at every call
+    return lambda a, b: g(a, b)
+
+
+def _over_closure_over_constants(scale: Any) -> Any:
+    def g(a: Any, b: Any) -> list[Any]:
+        assert scale
+        return k64.generic_add_arg_types_list(a, b)
+
+    return lambda a, b: g(a, b)
+
+
+def _recursive() -> Any:
+    def factory(a: Any, b: Any, n: int = 1) -> list[Any]:
+        return factory(a, b, n - 1) if n else k64.generic_add_arg_types_list(a, b)
+
+    return factory
+
+
+def _nested(levels: int) -> Any:
+    f = lambda a, b: k64.generic_add_arg_types_list(a, b)  # noqa: E731
+    for _ in range(levels):
+        f = (lambda g: lambda a, b: g(a, b))(f)
+    return f
+
+
+def _over_partial() -> Any:
+    p = functools.partial(k64.generic_add_arg_types_list)
+    return lambda a, b: p(a, b)
+
+
+def _partial_of_closure() -> Any:
+    return functools.partial(lambda pad, a, b: k64.generic_add_arg_types_list(a, b), 1)
+
+
+def _over_long_lived() -> Any:
+    kernel, func, obj, method = k64.generic_add_kernel, kr.half_square, _LONG_LIVED, _LONG_LIVED.arg_types
+    return lambda a, b: (kernel, func, obj, method(a, b))[-1]
+
+
+def _over_fresh_object() -> Any:
+    token = object()
+    return lambda a, b: (token, k64.generic_add_arg_types_list(a, b))[1]
+
+
+def _over_fresh_instance() -> Any:
+    helper = _Plain()
+    return lambda a, b: helper.arg_types(a, b)
+
+
+def _over_fresh_bound_method() -> Any:
+    arg_types = _Plain().arg_types
+    return lambda a, b: arg_types(a, b)
+
+
+def _over_closure_over_fresh_instance() -> Any:
+    helper = _Plain()
+    inner = lambda a, b: helper.arg_types(a, b)  # noqa: E731
+    return lambda a, b: inner(a, b)
+
+
+def _over_tuple_with_fresh_instance() -> Any:
+    pair = (2, _Plain())
+    return lambda a, b: pair[1].arg_types(a, b)
+
+
+def _partial_of_fresh_instance() -> Any:
+    return functools.partial(lambda helper, a, b: helper.arg_types(a, b), _Plain())
+
+
+def _over_closure_over_list() -> Any:
+    table = [k64.generic_add_arg_types_list]
+    inner = lambda a, b: table[0](a, b)  # noqa: E731
+    return lambda a, b: inner(a, b)
+
+
+_COMPARED_BY_VALUE = {
+    "closure over a closure": _over_closure,
+    "closure over a closure over constants": lambda: _over_closure_over_constants((1, 2.5, "s")),
+    "recursive closure": _recursive,
+    f"{_base._CAPTURE_DEPTH} closures deep": lambda: _nested(_base._CAPTURE_DEPTH - 1),
+    "closure over a partial": _over_partial,
+    "partial of a closure": _partial_of_closure,
+    "closure over long-lived objects": _over_long_lived,
+}
+
+
+@pytest.mark.parametrize("factory", _COMPARED_BY_VALUE.values(), ids=_COMPARED_BY_VALUE.keys())
+def test_captured_closures_and_long_lived_objects_compare_by_value(fresh_warnings: None, factory: Any) -> None:
+    assert value_callable(factory()) == value_callable(factory())
+    assert hash(value_callable(factory())) == hash(value_callable(factory()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no rebuild warning
+        assert _count_traces(factory) == 1
+
+
+def test_captured_closures_over_other_values_differ() -> None:
+    for a, b in [(1, 1.0), (1, True), (0.0, -0.0), (2, 3)]:
+        assert value_callable(_over_closure_over_constants(a)) != value_callable(_over_closure_over_constants(b))
+    assert value_callable(_over_closure_over_constants(math.nan)) == value_callable(
+        _over_closure_over_constants(math.nan)
+    )
+    assert value_callable(_over_closure()) != value_callable(_over_closure_over_constants(1))
+    assert value_callable(functools.partial(_scaled, 1)) != value_callable(functools.partial(_scaled, True))
+
+
+def _scaled(c: Any, x: Any) -> Any:
+    return x * c
+
+
+# The warned cases: (factory, the captured value's path, what it is).
+_COMPARED_BY_IDENTITY = {
+    "fresh object()": (_over_fresh_object, "'token'", "an instance of object, compared by identity"),
+    "fresh instance": (_over_fresh_instance, "'helper'", "an instance of _Plain, compared by identity"),
+    "fresh bound method": (_over_fresh_bound_method, "'arg_types'", "a method bound to a _Plain object"),
+    "closure over a fresh instance": (
+        _over_closure_over_fresh_instance,
+        "'inner' -> 'helper'",
+        "an instance of _Plain",
+    ),
+    "tuple with a fresh instance": (_over_tuple_with_fresh_instance, "'pair'[1]", "an instance of _Plain"),
+    "partial of a fresh instance": (_partial_of_fresh_instance, "args[0]", "an instance of _Plain"),
+    "too deep": (
+        lambda: _nested(_base._CAPTURE_DEPTH + 1),
+        " -> ".join(["'g'"] * (_base._CAPTURE_DEPTH + 1)),
+        f"a function more than {_base._CAPTURE_DEPTH} closures deep",
+    ),
+    "closure over a closure over a list": (_over_closure_over_list, "'inner' -> 'table'", "an unhashable list"),
+}
+
+
+@pytest.mark.parametrize(("factory", "path", "what"), _COMPARED_BY_IDENTITY.values(), ids=_COMPARED_BY_IDENTITY.keys())
+def test_captured_values_compared_by_identity_retrace_and_warn_naming_them(
+    fresh_warnings: None, factory: Any, path: str, what: str
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _count_traces(factory) == 3  # every rebuild retraces: what the warning is about
+    messages = [str(w.message) for w in caught if "arg_types_factory" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert all(w.category is UserWarning for w in caught if "arg_types_factory" in str(w.message))
+    message = messages[0]
+    assert message.startswith("jax_kernel(): arg_types_factory is a new ")
+    qualname = getattr(factory(), "__qualname__", None) or factory().func.__qualname__
+    assert qualname in message
+    assert f"capturing {path} ({what}" in message
+    assert "jax.jit / eqx.filter_jit retrace at every rebuild" in message
+    assert "module level" in message
+    assert "functools.partial with hashable arguments" in message
+
+
+def test_identity_warning_says_to_reuse_the_object(fresh_warnings: None) -> None:
+    with pytest.warns(UserWarning, match=r"'helper' .*Create that object once and reuse it .*frozen dataclass"):
+        _count_traces(_over_fresh_instance, n=2)
+
+
+def test_identity_warning_needs_a_live_earlier_build(fresh_warnings: None) -> None:
+    # Without jit nothing holds the last module: a rebuild with a new object retraces nothing, and does not warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            jax_kernel(k64.generic_add_kernel, arg_types_factory=_over_fresh_instance())
+            gc.collect()
+    # With both alive, the second build warns, once.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept = [jax_kernel(k64.generic_add_kernel, arg_types_factory=_over_fresh_instance()) for _ in range(3)]
+    assert len([w for w in caught if "'helper'" in str(w.message)]) == 1
+    assert kept[0] != kept[1]
+
+
+@pytest.mark.parametrize("option", ["jvp", "func"])
+def test_identity_warning_names_each_option(fresh_warnings: None, option: str) -> None:
+    def rule() -> Any:
+        helper = _Plain()
+        return lambda x, t: (t, helper)[:1]
+
+    def func() -> Any:
+        helper = _Plain()
+
+        def double(x: wp.array(dtype=float), y: wp.array(dtype=float)) -> None:  # type: ignore[valid-type]
+            assert helper is not None
+
+        return double
+
+    build = (lambda: jax_kernel(k.triple_kernel, jvp=rule())) if option == "jvp" else (lambda: jax_callable(func()))
+    first = build()
+    with pytest.warns(UserWarning, match=rf"\(\): {option} is a new closure \(.*\) capturing 'helper' \(an instance"):
+        second = build()
+    assert first != second

@@ -19,6 +19,12 @@ from . import _dtypes
 from ._arg_spec import ArgSpec
 from ._struct_layout import StructLeaf, is_warp_scalar
 
+# Why a NumPy long double is refused (as a scalar argument or a struct value field) and what to pass instead.
+LONG_DOUBLE_HINT = (
+    "long double (np.longdouble, np.clongdouble) has no Warp or JAX dtype. Pass a Python float or np.float64 "
+    "(float(value) rounds it to the nearest float64)."
+)
+
 
 def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argument") -> Any:
     """Check a JAX or NumPy array against an array spec (dtype, dims, vector/matrix element dims).
@@ -132,6 +138,8 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
         arr = np.asarray(value)
     except (TypeError, ValueError):
         arr = None
+    if arr is not None and arr.dtype.type in (np.longdouble, np.clongdouble):
+        raise TypeError(f"{what}: struct field {name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
     if arr is None or arr.dtype.kind not in "biuf":
         raise TypeError(
             f"{what}: struct field {name!r} expects a {leaf.describe()} ({shape if shape else 'a number'}), "

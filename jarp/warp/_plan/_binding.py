@@ -24,6 +24,7 @@ import warp as wp
 from .._upstream import _warp_internals
 from . import _dtypes
 from ._arg_checks import (
+    LONG_DOUBLE_HINT,
     check_array_value,
     check_struct_array,
     kind_of,
@@ -279,6 +280,8 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):
         if np.ndim(value) != 0:
             raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+        if np.asarray(value).dtype.type in (np.longdouble, np.clongdouble):
+            raise TypeError(f"{what}: scalar argument {spec.name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
         value = np.asarray(value).item()
     if isinstance(value, complex) or not isinstance(value, (bool, int, float)):
         raise TypeError(f"{what}: scalar argument {spec.name!r} expects a number, got {type(value).__name__}.")
