@@ -3,7 +3,7 @@
 A model that builds its jarp modules afresh (each training step, each solver call) hands ``eqx.filter_jit`` a new
 module every time; it must not retrace when nothing changed. Module-level functions compare by identity, which is
 stable; closures and lambdas made inside a function compare by code and captured values
-(`jarp.warp._base.value_callable`), partials by function and arguments. A closure that captures something jarp
+(`jarp.warp._value_callables.value_callable`), partials by function and arguments. A closure that captures something jarp
 cannot compare (an array, a list) retraces at every rebuild, and the second build warns once with the fix.
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _base, jax_callable, jax_kernel
-from jarp.warp._base import value_callable
+from jarp.warp import _option_warnings, _value_callables, jax_callable, jax_kernel
+from jarp.warp._value_callables import value_callable
 
 from .support import kernels as k
 from .support import kernels64 as k64
@@ -97,8 +97,8 @@ def test_closures_with_other_captured_values_differ() -> None:
 
 def test_unhashable_closure_warns_once_on_rebuild_and_says_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     # The warning is once per process and option: start from a process that has not warned yet.
-    monkeypatch.setattr(_base, "_warned", set())
-    monkeypatch.setattr(_base, "_nested_seen", {})
+    monkeypatch.setattr(_option_warnings, "_warned", set())
+    monkeypatch.setattr(_value_callables, "_nested_seen", {})
 
     def build() -> Any:
         captured = [k64.generic_add_arg_types_list]  # a list: not comparable by value

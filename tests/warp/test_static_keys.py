@@ -24,11 +24,11 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jarp.warp import _base, _eager, jax_callable, jax_kernel
-from jarp.warp._base import value_callable
+from jarp.warp import _eager, _option_warnings, _value_callables, jax_callable, jax_kernel
 from jarp.warp._ffi import _registry
 from jarp.warp._plan import _values
 from jarp.warp._plan._static_keys import Static, canonical, static_key
+from jarp.warp._value_callables import value_callable
 from tests.warp.support import kernels as k
 from tests.warp.support import kernels64 as k64
 from tests.warp.support import kernels_review as kr
@@ -490,8 +490,8 @@ def _count_traces(factory: Any, n: int = 3) -> int:
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process that has not warned yet (the warning is once per process and option) nor seen a closure."""
-    monkeypatch.setattr(_base, "_warned", set())
-    monkeypatch.setattr(_base, "_nested_seen", {})
+    monkeypatch.setattr(_option_warnings, "_warned", set())
+    monkeypatch.setattr(_value_callables, "_nested_seen", {})
 
 
 def _over_closure() -> Any:
@@ -575,7 +575,7 @@ _COMPARED_BY_VALUE = {
     "closure over a closure": _over_closure,
     "closure over a closure over constants": lambda: _over_closure_over_constants((1, 2.5, "s")),
     "recursive closure": _recursive,
-    f"{_base._CAPTURE_DEPTH} closures deep": lambda: _nested(_base._CAPTURE_DEPTH - 1),
+    f"{_value_callables._CAPTURE_DEPTH} closures deep": lambda: _nested(_value_callables._CAPTURE_DEPTH - 1),
     "closure over a partial": _over_partial,
     "partial of a closure": _partial_of_closure,
     "closure over long-lived objects": _over_long_lived,
@@ -618,9 +618,9 @@ _COMPARED_BY_IDENTITY = {
     "tuple with a fresh instance": (_over_tuple_with_fresh_instance, "'pair'[1]", "an instance of _Plain"),
     "partial of a fresh instance": (_partial_of_fresh_instance, "args[0]", "an instance of _Plain"),
     "too deep": (
-        lambda: _nested(_base._CAPTURE_DEPTH + 1),
-        " -> ".join(["'g'"] * (_base._CAPTURE_DEPTH + 1)),
-        f"a function more than {_base._CAPTURE_DEPTH} closures deep",
+        lambda: _nested(_value_callables._CAPTURE_DEPTH + 1),
+        " -> ".join(["'g'"] * (_value_callables._CAPTURE_DEPTH + 1)),
+        f"a function more than {_value_callables._CAPTURE_DEPTH} closures deep",
     ),
     "closure over a closure over a list": (_over_closure_over_list, "'inner' -> 'table'", "an unhashable list"),
 }

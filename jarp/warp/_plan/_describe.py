@@ -188,7 +188,7 @@ def not_describable(plan: Plan) -> str | None:
     if plan.runs is Runs.KERNEL:
         reason = _kernel_not_describable(plan)
     else:
-        # A nested function reaches the plan wrapped to compare by value (`_base._ValueFunction`); judge the
+        # A nested function reaches the plan wrapped to compare by value (`_value_callables._ValueFunction`); judge the
         # function itself, so that a lambda or closure is refused as one (and named by its qualified name).
         reason = _callable_not_describable(getattr(plan.target, "__wrapped__", plan.target))
     if reason is not None:
@@ -228,7 +228,7 @@ def _kernel_not_describable(plan: Plan) -> str | None:
 
 
 def _callable_not_describable(func: Any) -> str | None:
-    # A nested function reaches the plan wrapped for comparison by value (`_base._ValueFunction`): name the function.
+    # A nested function reaches the plan wrapped for comparison by value (`_value_callables._ValueFunction`): name the function.
     wrapped = getattr(func, "__wrapped__", None)
     if isinstance(wrapped, types.FunctionType) and not isinstance(func, types.FunctionType):
         reason = _callable_not_describable(wrapped)
