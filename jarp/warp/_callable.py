@@ -20,6 +20,7 @@ from ._base import (
     value_callable_field,
     warn_unused_option,
 )
+from ._ffi import _executors
 from ._options import JaxCallableOptions
 from ._plan import _annotations, _dims
 from ._plan._binding import BoundCall, warp_dtypes
@@ -28,7 +29,6 @@ from ._plan._normalize import tuple_of_str
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
-from ._upstream import _warp_internals
 
 _WHAT = "jax_callable()"
 
@@ -38,8 +38,9 @@ def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tupl
     return make_signature(_annotations.function_params(func, _WHAT), num_outputs, in_out_argnames, what=_WHAT)
 
 
-# Under Warp's lock: factories typically define kernels and Warp functions.
-@weak_cache(lock=_warp_internals.warp_lock)
+# Under Warp's lock: factories typically define kernels and Warp functions. The executors' lock first (the lock
+# order of `_executors._lock`): a factory may call a jarp module, whose executor is prepared under that lock.
+@weak_cache(lock=_executors.build_lock)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
     func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations
     if not callable(func):

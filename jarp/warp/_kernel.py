@@ -17,6 +17,7 @@ from ._base import (
     output_dims_field,
     value_callable_field,
 )
+from ._ffi import _executors
 from ._options import JaxKernelOptions
 from ._plan import _analysis, _dims, _launch_checks, _names, _preload, _runtime_scalars, _writes
 from ._plan._binding import BoundCall, warp_dtypes
@@ -69,8 +70,9 @@ def _checked_writes(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[
     return True
 
 
-# Under Warp's lock: a new overload changes the module Warp may be building in another thread.
-@weak_cache(lock=_warp_internals.warp_lock)
+# Under Warp's lock: a new overload changes the module Warp may be building in another thread. The executors' lock
+# first (the lock order at `_executors._lock`): the user's factory may call a jarp module.
+@weak_cache(lock=_executors.build_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
     names = tuple(getattr(d, "__name__", d) for d in dtypes)

@@ -13,13 +13,14 @@ of released plans (the registry's release hook).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -35,11 +36,25 @@ from ._registry import ReleasedPlanError, registry
 
 executors: dict[tuple[int, int], _Executor | _PartitionedExecutor] = {}
 cpu_executors: dict[int, _Executor | _PartitionedExecutor] = {}  # the CPU hot path: keyed by handle alone
-_lock = threading.RLock()  # re-entrant: releasing plans drops executors
+# The executors' lock: guards `executors`, `cpu_executors` and the building of an executor. Re-entrant: releasing
+# plans drops executors, and a callable's function may call another jarp module (which prepares its executor).
+#
+# Lock order. A thread that takes several of jarp's locks takes them in this order, and never waits for one of them
+# while it holds one that comes later (re-acquiring one it already holds is fine: all of them are re-entrant):
+#
+#   `_CALLABLE_LOCK`  ->  `_lock` (here)  ->  Warp's lock (`_warp_internals.warp_lock`)  ->  Warp's `_codegen_lock`
+#
+# `get_executor` and `_PartitionedExecutor._part` take `_lock`, then Warp's lock (an executor loads its module); a
+# callable's first run takes both in the same order before its function runs (`_CallableExecutor.run`: the function
+# may launch another jarp module, whose executor takes `_lock`), and so does `build_lock` for the user code jarp runs
+# under Warp's lock (a generic callable's factory); `_warp_internals` takes Warp's `_codegen_lock` only under Warp's
+# lock. The registry's lock and the native handler's lock come after all of these and are held for a moment.
+_lock = threading.RLock()
 # Held while a callable's function runs. Warp's current device (``wp.ScopedDevice``) is one for the whole process and
 # a device's current stream (``wp.ScopedStream``) one per device, not per thread: two threads running callables at
 # once (pmap, or Python threads) would launch on each other's device or stream, and restore each other's on exit.
 # Warp's bridge serialises its callables with one lock too. Kernel executors switch nothing and take no lock.
+# First in the lock order (see `_lock`): the function it runs may call any jarp module.
 _CALLABLE_LOCK = threading.RLock()
 
 _ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -98,6 +113,20 @@ class _Unloads:
 
 
 _jax_internals.clear_with_jax(_Unloads, "jarp.warp unloads of dropped Warp code")
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold the executors' lock, then Warp's lock: the lock order (see `_lock`) for user code run under Warp's lock.
+
+    Code jarp runs under Warp's lock that may call a jarp module (a generic callable's factory) takes this instead
+    of Warp's lock alone: the module's executor is prepared under the executors' lock, which comes first.
+
+    Returns:
+        A context manager holding both locks (re-entrant) while its block runs.
+    """
+    with _lock, _warp_internals.warp_lock():
+        yield
 
 
 def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Executor | _PartitionedExecutor:
@@ -533,8 +562,11 @@ class _CallableExecutor(_Executor):
                 self._run(frame)
                 return
             # The function's first run builds and loads the Warp modules of the kernels it launches
-            # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock.
-            with _warp_internals.warp_lock():
+            # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock. The executors'
+            # lock comes first (the lock order at `_lock`): a jarp module the function calls prepares its executor
+            # under `_lock`, which must not be taken while Warp's lock is held without it (`get_executor`, on another
+            # thread, holds `_lock` and waits for Warp's lock).
+            with _lock, _warp_internals.warp_lock():
                 self._run(frame)
             self.warm = True
 

@@ -109,6 +109,11 @@ __all__ = [
 # once corrupt its module state (half-written cache directories, a module hash changing mid-build).
 # jarp takes this one re-entrant lock around every call that asks Warp to create, overload,
 # generate code for, build or load anything.
+# Lock order (see the FFI executors' `_lock`): the executors' lock, then this one, then Warp's own
+# `_codegen_lock`, which jarp takes only while it holds this one. A thread that holds this lock and
+# not the executors' lock must not wait for the executors' lock: code that may reach the FFI stage
+# while holding this lock (a callable's first run, a factory that calls a jarp module) takes the
+# executors' lock first.
 _WARP_LOCK = threading.RLock()
 # Modules whose build raised since `take_build_failures` was last called.
 _build_failures: list[str] = []
