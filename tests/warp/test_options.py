@@ -16,6 +16,7 @@ from jarp.warp import (
     JaxKernelCallOptions,
     JaxKernelOptions,
     _base,
+    _option_warnings,
     jax_callable,
     jax_kernel,
 )
@@ -82,7 +83,7 @@ def test_modules_are_not_kept_alive_by_the_factory_cache():
     ],
 )
 def test_warp_compatibility_options_warn_once(option, monkeypatch):
-    monkeypatch.setattr(_base, "_warned", set())
+    monkeypatch.setattr(_option_warnings, "_warned", set())
     with pytest.warns(UserWarning, match="jarp does"):
         jax_callable(_func, **option)
     with warnings.catch_warnings():

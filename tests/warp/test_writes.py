@@ -22,6 +22,7 @@ import tests.warp.support as support
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan import _names, _writes
 from jarp.warp._upstream import _warp_internals
+from tests.warp.support import kernels_write_escapes as ke
 from tests.warp.support import kernels_write_spellings as ks
 from tests.warp.support import kernels_writes as kw
 
@@ -149,14 +150,22 @@ def test_without_folding_a_folded_struct_store_counts(monkeypatch: pytest.Monkey
 
 # -- Warp's record and the resolver, over every kernel -----------------------------------------------------------
 
-# Where the resolver sees a write that Warp's record does not: tile stores, stores through a local alias or a
-# local struct's field, and atomics in deterministic mode (lowered without Warp's marking). The union decides.
+# Where the resolver sees a write that Warp's record does not: tile stores, stores through a local alias, a local
+# struct's field, a returned array or an explicit view, and atomics in deterministic mode (lowered without Warp's
+# marking). The union decides.
 _RESOLVER_ONLY = {
     "row_sum_tile": {"out"},
     "sum_kernel": {"total"},
     "scatter_add_kernel": {"out"},
     "alias_input_kernel": {"victim"},
     "through_alias": {"a"},
+    # through what a function returns, a local struct handed whole, a struct built with the array, a pointer view
+    "returned_array": {"x"},
+    "nested_call": {"x"},
+    "local_struct_to_func": {"x"},
+    "struct_ctor": {"x"},
+    "ptr_array": {"x"},
+    "view_call": {"x"},
     "through_local_struct": {"a"},
     "shift_through_local_struct": {"out"},
     "alias_of_local_struct_field": {"out"},
@@ -238,3 +247,49 @@ def test_what_each_spelling_writes(kernel: wp.Kernel, written: tuple[str, ...]) 
     assert _writes.written_inputs(kernel, arrays) == tuple(p for p in arrays if p in written)
     structs = tuple(label for label, t in params if _warp_internals.is_struct_type(t))
     assert _writes.written_struct_fields(kernel, structs) == tuple(sorted(w for w in written if "." in w))
+
+
+# -- routes an adversarial review found missed -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", ke.ARRAY_ESCAPES, ids=_key)
+def test_an_escaped_array_write_is_refused_and_honoured_in_out(kernel: wp.Kernel) -> None:
+    with pytest.raises(ValueError, match=r"writes to input\(s\) \['x'\]"):
+        jax_kernel(kernel)
+    z = jnp.zeros(N, jnp.float32)
+    x_new, y = jax_kernel(kernel, num_outputs=2, in_out_argnames=("x",))(z)
+    x_ref, y_ref = _warp_launch(kernel, np.zeros(N, np.float32), np.zeros(N, np.float32))
+    np.testing.assert_array_equal(x_new, x_ref)
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(z, np.zeros(N, np.float32))
+
+
+def test_a_view_made_with_wp_view_is_a_write() -> None:
+    with pytest.raises(ValueError, match=r"writes to input\(s\) \['x'\]"):
+        jax_kernel(ke.view_call, launch_dims=(N,))
+
+
+@pytest.mark.parametrize("kernel", [*ke.STRUCT_ESCAPES, ke.component_named_field], ids=_key)
+def test_an_escaped_struct_field_write_is_refused(kernel: wp.Kernel) -> None:
+    # a field returned by a function counts as the whole struct (what the function returns is anything it is handed)
+    field = {ke.component_named_field: "s.x", ke.returned_field: "s"}.get(kernel, "s.arr")
+    with pytest.raises(ValueError, match=rf"writes to struct field\(s\) \['{field}'\]"):
+        jax_kernel(kernel)
+
+
+def test_a_dense_builtin_writes_its_arrays() -> None:
+    # Warp's record misses dense_gemm_batched's output, and the kernel does not build on the CPU (so it lives alone)
+    def gemm(
+        m: wp.array(dtype=wp.int32),
+        st: wp.array(dtype=wp.int32),
+        a: wp.array(dtype=wp.float32),
+        c: wp.array(dtype=wp.float32),
+        y: wp.array(dtype=float),
+    ):
+        i = wp.tid()
+        wp.dense_gemm_batched(m, m, m, 0, 0, st, st, st, a, a, c)
+        y[i] = 1.0
+
+    kernel = wp.kernel(module="unique")(gemm)
+    with pytest.raises(ValueError, match=r"writes to input\(s\) \['m', 'st', 'a', 'c'\]"):
+        jax_kernel(kernel)

@@ -134,22 +134,31 @@ def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapp
         if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
             return value
         return UNKNOWN
+    # Warp folds only a condition that is itself a constant (with Python's truth); an operation on constants runs
+    # in Warp's types (float32, int32), so jarp folds one only over bools and int32 integers, where Python agrees
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         value = constant(func, expr.operand, local_names, bound)
-        return UNKNOWN if value is UNKNOWN else not value
+        return not value if exact_flag(value) else UNKNOWN
     if isinstance(expr, ast.BoolOp):
         values = [constant(func, v, local_names, bound) for v in expr.values]
-        if any(v is UNKNOWN for v in values):
+        if not all(exact_flag(v) for v in values):
             return UNKNOWN
         return all(values) if isinstance(expr.op, ast.And) else any(values)
     if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
         left = constant(func, expr.left, local_names, bound)
         right = constant(func, expr.comparators[0], local_names, bound)
-        if left is UNKNOWN or right is UNKNOWN:
+        if not (exact_flag(left) and exact_flag(right)):
             return UNKNOWN
         compare = _COMPARE.get(type(expr.ops[0]))
         return UNKNOWN if compare is None else compare(left, right)
     return UNKNOWN
+
+
+def exact_flag(value: Any) -> bool:
+    """Whether ``value`` means the same in Python and in Warp's code: a bool, or an integer in int32's range."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, (int, np.integer)) and -(2**31) <= int(value) < 2**31
 
 
 _COMPARE = {

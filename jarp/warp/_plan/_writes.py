@@ -24,6 +24,7 @@ import warp as wp
 from .._upstream import _warp_internals
 from . import _names
 from ._analysis import _store_targets, stored_array
+from ._struct_layout import _is_value_type
 from ._weakcache import weak_cache
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
@@ -35,7 +36,10 @@ _WRITING_BUILTINS = frozenset(
 )
 # Keyword names of the written array in those builtins (``wp.atomic_add(arr=x, ...)``, ``wp.tile_store(a=x, ...)``).
 _WRITTEN_KEYWORDS = ("arr", "a")
-_COMPONENTS = frozenset({"x", "y", "z", "w", "p", "q"})
+# Builtins that may write into any of their array arguments (``wp.dense_gemm_batched(..., C)``).
+_WRITING_ANY_PREFIXES = ("dense_",)
+# An array's attributes that are values, not references to it.
+_ARRAY_VALUES = frozenset({"shape", "ndim", "size", "strides", "dtype"})
 
 
 def writes_first_argument(key: str) -> bool:
@@ -82,9 +86,14 @@ def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[
 
 
 @weak_cache
+def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
+    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), once per kernel."""
+    return _warp_internals.codegen_record(kernel)
+
+
 def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
-    """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`), generated once per kernel."""
-    return _warp_internals.array_access(kernel)
+    """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`)."""
+    return _codegen(kernel).access
 
 
 @weak_cache
@@ -93,8 +102,8 @@ def _kernel_writes(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
     types: dict[str, Any] = {}
     for label, warp_type in params:
         _add_types(types, label, warp_type, 0)
-    context = _Context(types, specialise)
-    return tuple(sorted(_function_writes(kernel, {label: label for label, _ in params}, {}, context, 0)))
+    context = _Context(types, specialise, _codegen(kernel).value_locals)
+    return tuple(sorted(_function_writes(kernel, {label: {label} for label, _ in params}, {}, context, 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +112,7 @@ class _Context:
 
     types: dict[str, Any]  # the Warp type of each kernel parameter path (``"s.arr"``)
     specialise: bool  # follow constants a call passes into the callee's conditions
+    value_locals: frozenset[str]  # the kernel's locals Warp typed as values: copies, never references
 
 
 def _add_types(types: dict[str, Any], path: str, warp_type: Any, depth: int) -> None:
@@ -134,20 +144,27 @@ def _function_writes(fn: Any, roots: dict[str, str], consts: dict[str, Any], con
         return set()
     tree = _names.function_tree(fn)
     if tree is None or depth >= _MAX_DEPTH:
-        return set(roots.values())  # unreadable or too deep: every array handed to it counts as written
+        return set().union(*roots.values())  # unreadable or too deep: everything handed to it counts as written
     reassigned = _names.assigned_names(tree)
     consts = {k: v for k, v in consts.items() if k not in reassigned} if context.specialise else {}
     return _Walk(fn, tree, roots, consts, context, depth).run()
 
 
 class _Walk:
-    """One function's stores, atomics and calls, on the branches Warp compiles."""
+    """One function's stores, atomics and calls, on the branches Warp compiles.
+
+    A may-reference analysis: every local (and every field of a local struct, ``h.arr``) holds the set of caller
+    paths it may refer to, from whatever it was ever assigned (flow-insensitive, to a fixed point): a parameter, a
+    struct's field, a view (``a[i]`` of a 2-d array, ``wp.view(a, i)``), what a function returns or a struct is
+    built from (anything it was handed), either side of a conditional expression. A store, an atomic or a writing
+    builtin into something that may refer to a path writes it; so does handing it to a function jarp cannot follow.
+    """
 
     def __init__(
         self,
         fn: Any,
         tree: ast.FunctionDef,
-        roots: dict[str, str],
+        roots: dict[str, set[str]],
         consts: dict[str, Any],
         context: _Context,
         depth: int,
@@ -161,7 +178,8 @@ class _Walk:
         self.depth = depth
         self.locals = _names.local_names(tree)
         self.nodes = list(_names.live_nodes(self.func, tree, consts))
-        self.paths: dict[str, str] = dict(roots)  # name or dotted local path -> caller path
+        # name or dotted local path (``h.arr``) -> the caller paths it may refer to
+        self.paths: dict[str, set[str]] = {k: set(v) for k, v in roots.items()}
         self.written: set[str] = set()
 
     def run(self) -> set[str]:
@@ -171,95 +189,156 @@ class _Walk:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in _store_targets(list(targets)):
                     base = stored_array(target)
-                    path = self.path(base) if base is not None else None
-                    if path is not None:
-                        self.written.add(path)
+                    if base is not None:
+                        self.written |= self.refs(base)
             elif isinstance(node, ast.Call):
                 self._call(node)
         return self.written
 
-    def path(self, expr: ast.expr | None) -> str | None:
-        """The caller path ``expr`` names (an array, a struct, a struct's field, or a view of an array)."""
+    def refs(self, expr: ast.expr | None) -> set[str]:
+        """The caller paths ``expr`` may refer to (an array, a struct, a struct's field, a view of an array)."""
+        if expr is None:
+            return set()
         if isinstance(expr, ast.Name):
-            return self.paths.get(expr.id)
+            if self.depth == 0 and expr.id in self.context.value_locals and expr.id not in self.types:
+                return set()  # Warp typed this local of the kernel as a value: a copy
+            return set(self.paths.get(expr.id, ()))
         if isinstance(expr, ast.Attribute):
-            if expr.attr == "shape" or expr.attr in _COMPONENTS:
-                return None
             dotted = _dotted(expr)
-            if dotted is not None and dotted in self.paths:
-                return self.paths[dotted]
-            base = self.path(expr.value)
-            return None if base is None else f"{base}.{expr.attr}"
+            found = set(self.paths.get(dotted, ())) if dotted is not None else set()
+            for base in self.refs(expr.value):
+                found |= self._field(base, expr.attr)
+            return found
         if isinstance(expr, ast.Subscript):
-            base = self.path(expr.value)
-            if base is None:
-                return None
-            warp_type = self.types.get(base)
-            if warp_type is None:
-                return base  # a path of unknown type (a local struct's field): in doubt, the array itself
-            if not wp.types.is_array(warp_type):
-                return None  # a component of a value (``s.v[0]``): the struct is passed by value
-            index = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
-            # ``a[i]`` of a 2-d array is a view of ``a``, and a struct element a reference into it; a scalar,
-            # vector or matrix element is a value
-            if len(index) < warp_type.ndim or _warp_internals.is_struct_type(warp_type.dtype):
-                return base
-            return None
-        return None
+            found = set()
+            for base in self.refs(expr.value):
+                warp_type = self.types.get(base)
+                if warp_type is not None and not wp.types.is_array(warp_type):
+                    continue  # a component of a value (``s.v[0]``): the struct is passed by value
+                if warp_type is not None and not isinstance(expr.slice, ast.Slice):
+                    index = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+                    # ``a[i]`` of a 2-d array is a view of ``a``, and a struct element a reference into it; a
+                    # scalar, vector or matrix element is a value
+                    full = len(index) >= warp_type.ndim and not any(isinstance(e, ast.Slice) for e in index)
+                    if full and not _warp_internals.is_struct_type(warp_type.dtype):
+                        continue
+                found.add(base)
+            return found
+        if isinstance(expr, ast.Call):
+            # what a function returns, a view or a struct is built from: anything it is handed, in doubt; but a
+            # user function's parameter of a value type (a scalar, vector, matrix) gets a copy
+            _, obj = _names.callee(self.func, expr, self.locals)
+            found = set()
+            for param, arg in _bound_args(obj, expr):
+                if param is None or not _is_value(param):
+                    found |= self.refs(arg)
+            return found
+        if isinstance(expr, ast.IfExp):
+            return self.refs(expr.body) | self.refs(expr.orelse)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return set().union(*(self.refs(e) for e in expr.elts)) if expr.elts else set()
+        if isinstance(expr, ast.Starred):
+            return self.refs(expr.value)
+        if isinstance(expr, ast.NamedExpr):
+            return self.refs(expr.value)
+        return set()  # arithmetic, comparisons, constants: values
+
+    def _field(self, base: str, attr: str) -> set[str]:
+        """The paths ``<base>.<attr>`` may refer to, by the Warp type of ``base`` where it is known."""
+        warp_type = self.types.get(base)
+        if warp_type is None:
+            return {base}  # a path of unknown type: in doubt, the whole of it
+        if _warp_internals.is_struct_type(warp_type):
+            return {f"{base}.{attr}"}  # a field, whatever its name (``s.x``, ``s.p``)
+        if wp.types.is_array(warp_type):
+            return set() if attr in _ARRAY_VALUES else {base}  # ``a.shape`` is a value; ``a.ptr`` refers to ``a``
+        return set()  # a component of a value (``v.x``)
 
     def _aliases(self) -> None:
-        """Locals (and local struct fields) bound to a path: ``b = a``, ``h.arr = out``, ``r = a[i]``."""
+        """What each local may refer to: ``b = a``, ``h.arr = out``, ``r = a[i]``, ``a, b = s.arr, y``, ``for``."""
         changed = True
         while changed:
             changed = False
             for node in self.nodes:
-                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-                    continue
-                path = self.path(node.value)
-                if path is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    key = target.id if isinstance(target, ast.Name) else _dotted(target)
-                    if key is not None and key not in self.paths:
-                        self.paths[key] = path
-                        changed = True
+                pairs: list[tuple[ast.expr, ast.expr | None]] = []
+                if isinstance(node, ast.Assign):
+                    pairs = [(t, node.value) for t in node.targets]
+                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                    pairs = [(node.target, node.value)]
+                elif isinstance(node, ast.For):
+                    pairs = [(node.target, node.iter)]
+                elif isinstance(node, ast.NamedExpr):
+                    pairs = [(node.target, node.value)]
+                while pairs:
+                    target, value = pairs.pop()
+                    if isinstance(target, (ast.Tuple, ast.List)):
+                        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                            pairs.extend(zip(target.elts, value.elts, strict=True))
+                        else:
+                            pairs.extend((t, value) for t in target.elts)
+                        continue
+                    if isinstance(target, ast.Starred):
+                        pairs.append((target.value, value))
+                        continue
+                    found = self.refs(value)
+                    if not found:
+                        continue
+                    keys = []
+                    if isinstance(target, ast.Name):
+                        keys.append(target.id)
+                    elif isinstance(target, ast.Attribute):
+                        dotted = _dotted(target)
+                        if dotted is not None:
+                            # ``h.arr = out``: ``h.arr`` refers to ``out``, and so does ``h`` handed on whole
+                            keys += [dotted, dotted.split(".", 1)[0]]
+                    for key in keys:
+                        known = self.paths.setdefault(key, set())
+                        if not found <= known:
+                            known |= found
+                            changed = True
 
     def _call(self, node: ast.Call) -> None:
         name, obj = _names.callee(self.func, node, self.locals)
         key = _names.builtin_key(name, obj, self.func)
+        handed = [(i, self.refs(a)) for i, a in enumerate(node.args)]
+        named = [(k.arg, self.refs(k.value)) for k in node.keywords]
+        everything = set().union(*(p for _, p in (*handed, *named))) if (handed or named) else set()
         if key is not None:
-            if writes_first_argument(key):
+            if key.startswith(_WRITING_ANY_PREFIXES):
+                self.written |= everything  # dense solves write into one of their array arguments
+            elif writes_first_argument(key):
                 first = node.args[0] if node.args else None
                 if first is None:
                     first = next((k.value for k in node.keywords if k.arg in _WRITTEN_KEYWORDS), None)
-                path = self.path(first)
-                if path is not None:
-                    self.written.add(path)
+                self.written |= self.refs(first)
             return
-        handed = [(i, self.path(a)) for i, a in enumerate(node.args)]
-        named = [(k.arg, self.path(k.value)) for k in node.keywords]
-        if not any(p for _, p in (*handed, *named)):
+        if not everything:
             return
         if isinstance(obj, wp.Function) and not obj.is_builtin():
             for overload in dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]):
-                params = [label for label, _ in _warp_internals.kernel_params(overload)]
-                roots = {params[i]: p for i, p in handed if p is not None and i < len(params)}
-                roots |= {k: p for k, p in named if p is not None and k is not None}
-                if len(roots) < sum(1 for _, p in (*handed, *named) if p is not None):
-                    self.written.update(p for _, p in (*handed, *named) if p is not None)  # *args, **kwargs
-                self.written |= _function_writes(
-                    overload, roots, self._constants(node, params), self.context, self.depth + 1
-                )
+                typed = dict(_warp_internals.kernel_params(overload))
+                params = list(typed)
+                roots: dict[str, set[str]] = {}
+                bound = [(params[i] if i < len(params) else None, found) for i, found in handed]
+                bound += [(k if k in typed else None, found) for k, found in named]
+                for param, found in bound:
+                    if not found or (param is not None and _is_value(typed[param])):
+                        continue  # a value parameter gets a copy: nothing it does reaches the caller
+                    if param is None:
+                        self.written |= found  # *args, **kwargs: not followed
+                    else:
+                        roots.setdefault(param, set()).update(found)
+                consts = self._constants(node, params)
+                self.written |= _function_writes(overload, roots, consts, self.context, self.depth + 1)
             return
         if isinstance(obj, type) or _warp_internals.is_struct_type(obj):
-            return  # a constructor (a struct, a vector): it copies what it is given
+            return  # a constructor (a struct, a vector): what it is handed is not written (its result is tracked)
         # A callee jarp cannot follow (computed, a callable parameter): what it is handed counts as written
-        self.written.update(p for _, p in (*handed, *named) if p is not None)
+        self.written |= everything
 
     def _constants(self, node: ast.Call, params: list[str]) -> dict[str, Any]:
-        """The callee's parameters that this call passes a constant (a literal, a captured flag, or a constant
-        this function was itself passed)."""
+        """The callee's parameters that this call passes a constant flag (a literal, a captured flag, or a flag
+        this function was itself passed): only bools and int32 integers, whose meaning Python and Warp share."""
         if not self.context.specialise:
             return {}
         consts: dict[str, Any] = {}
@@ -267,9 +346,38 @@ class _Walk:
         pairs += [(k.arg, k.value) for k in node.keywords if k.arg is not None]
         for param, arg in pairs:
             value = _names.constant(self.func, arg, self.locals, self.consts)
-            if value is not _names.UNKNOWN:
+            if _names.exact_flag(value):
                 consts[param] = value
         return consts
+
+
+def _is_value(warp_type: Any) -> bool:
+    """A scalar, vector, matrix, quaternion or transform type: passed by value, holding no array."""
+    return warp_type in (int, float, bool) or _is_value_type(warp_type)
+
+
+def _bound_args(obj: Any, call: ast.Call) -> list[tuple[Any, ast.expr]]:
+    """Each argument of ``call`` with the declared type of the parameter it binds (None where unknown: builtins,
+    overloads that disagree, ``*args``)."""
+    args = [*call.args, *(k.value for k in call.keywords)]
+    if not (isinstance(obj, wp.Function) and not obj.is_builtin()):
+        return [(None, a) for a in args]
+    overloads = list(dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]))
+    out = []
+    for i, arg in enumerate(call.args):
+        kinds = {_param_type(o, i, None) for o in overloads}
+        out.append((kinds.pop() if len(kinds) == 1 else None, arg))
+    for k in call.keywords:
+        kinds = {_param_type(o, None, k.arg) for o in overloads}
+        out.append((kinds.pop() if len(kinds) == 1 else None, k.value))
+    return out
+
+
+def _param_type(fn: Any, position: int | None, name: str | None) -> Any:
+    params = _warp_internals.kernel_params(fn)
+    if position is not None:
+        return params[position][1] if position < len(params) else None
+    return dict(params).get(name)
 
 
 def _dotted(expr: ast.expr) -> str | None:

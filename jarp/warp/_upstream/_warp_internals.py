@@ -53,6 +53,7 @@ __all__ = [
     "TID_MAX_EXTENT",
     "ArrayAccess",
     "ArrayStruct",
+    "CodegenRecord",
     "EntryPoints",
     "array_access",
     "array_kind",
@@ -61,6 +62,7 @@ __all__ = [
     "check_cuda_grid",
     "check_ranged_entries",
     "codegen_error",
+    "codegen_record",
     "compile_aot_variant",
     "compile_cpu_object",
     "contiguous_array",
@@ -1271,7 +1273,7 @@ def is_builtin_name(name: str) -> bool:
 
 def codegen_error(kernel: wp.Kernel) -> str | None:
     """Warp's error when it cannot generate ``kernel``'s code (a generic overload whose types do not fit), or None."""
-    return None if kernel.is_generic else _generate(kernel, None)[1]
+    return None if kernel.is_generic else _generate(kernel, None).error
 
 
 def overloads(kernel: wp.Kernel) -> tuple[wp.Kernel, ...]:
@@ -1292,10 +1294,34 @@ def drop_overload(kernel: wp.Kernel, overload: wp.Kernel) -> None:
                 kernel.module.mark_modified()
 
 
-def _generate(kernel: wp.Kernel, block_dim: int | None) -> tuple[dict[str, ArrayAccess] | None, str | None]:
-    """Generate ``kernel``'s code with Warp's read/write record on: the record and Warp's error, if any."""
+class CodegenRecord(NamedTuple):
+    """What Warp's code generator recorded of one kernel (`codegen_record`)."""
+
+    access: dict[str, ArrayAccess] | None  # `array_access`; None where Warp could not generate the code
+    error: str | None  # Warp's error where it could not
+    value_locals: frozenset[str]  # the kernel's locals whose Warp type is a value (scalar, vector, matrix...)
+
+
+def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
+    """Generate ``kernel``'s code (no compilation) with Warp's read/write record on, and read what Warp recorded.
+
+    Returns:
+        The array parameters' read/write marks (`array_access`), Warp's error if it could not generate the code,
+        and the names of the kernel's locals that Warp typed as values (a copy, never a reference to an array).
+    """
+    return _generate(kernel, block_dim)
+
+
+def _is_value_type(warp_type: Any) -> bool:
+    if warp_type in (int, float, bool):
+        return True
+    return isinstance(warp_type, type) and (wp.types.type_is_scalar(warp_type) or wp.types.type_is_composite(warp_type))
+
+
+def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
+    """Generate ``kernel``'s code with Warp's read/write record on (see `codegen_record`)."""
     if kernel.is_generic:
-        return None, None
+        return CodegenRecord(None, None, frozenset())
     runtime_core()
     block_dim = resolve_block_dim(wp.get_device("cpu"), block_dim)
     module = kernel.module
@@ -1322,13 +1348,19 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> tuple[dict[str, Array
                     fn.adj.builder = None
             builder.kernels = []
             only.forget()
-            return {
+            access = {
                 arg.label: ArrayAccess(bool(arg.is_read), bool(arg.is_write))
                 for arg in kernel.adj.args
                 if wp.types.is_array(arg.type)
-            }, None
+            }
+            values = frozenset(
+                name
+                for name, var in kernel.adj.symbols.items()
+                if isinstance(var, wp._src.codegen.Var) and _is_value_type(var.type)
+            )
+            return CodegenRecord(access, None, values)
         except Exception as e:
-            return None, f"{type(e).__name__}: {e}"
+            return CodegenRecord(None, f"{type(e).__name__}: {e}", frozenset())
         finally:
             wp.config.log_level = level
 
@@ -1385,6 +1417,7 @@ def check_array_access() -> None:
     }
     assert is_builtin_name("atomic_add"), "Warp's builtin registry moved (is_builtin_name)"
     assert not is_builtin_name("_jarp_no_such_builtin"), "Warp's builtin registry changed (is_builtin_name)"
+    assert codegen_record(probes["store"]).value_locals == frozenset({"i"}), "Warp's adj.symbols changed"
     for name, kernel in probes.items():
         got = array_access(kernel)
         assert got is not None, f"Warp could not generate the probe kernel {name!r} (array_access)"
