@@ -63,13 +63,6 @@ def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, 
     return make_signature(_warp_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
-@weak_cache
-def _checked_writes(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> bool:
-    """`_check_writes` of a generic kernel's overload, once per overload and options."""
-    _check_writes(kernel, _signature(kernel, num_outputs, in_out_argnames), _WHAT)
-    return True
-
-
 # Under Warp's lock: a new overload changes the module Warp may be building in another thread. The executors' lock
 # first (the lock order at `_executors._lock`): the user's factory may call a jarp module.
 @weak_cache(lock=_executors.build_lock)
@@ -220,10 +213,7 @@ class JaxKernel(AbstractWarpModule):
         if self.arg_types_factory is None:
             return self.kernel
         names = [name for name, _ in _warp_internals.kernel_params(self.kernel)]
-        target = _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
-        if self.kernel.is_generic:
-            _checked_writes(target, self.num_outputs, self.in_out_argnames)
-        return target
+        return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
 
     def _signature(self, target: wp.Kernel) -> Signature:
         return _signature(target, self.num_outputs, self.in_out_argnames)
@@ -232,6 +222,9 @@ class JaxKernel(AbstractWarpModule):
         return f"{_WHAT} kernel {target.key!r}"
 
     def _plan(self, target: wp.Kernel, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
+        # Judged again for each plan (cached while nothing changed): a generic kernel's overload is first seen here,
+        # and a module-level flag a kernel folds on may have changed since the module was built
+        _check_writes(target, self._signature(target), _WHAT)
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
         if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":

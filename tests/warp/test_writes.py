@@ -293,3 +293,17 @@ def test_a_dense_builtin_writes_its_arrays() -> None:
     kernel = wp.kernel(module="unique")(gemm)
     with pytest.raises(ValueError, match=r"writes to input\(s\) \['m', 'st', 'a', 'c'\]"):
         jax_kernel(kernel)
+
+
+def test_a_flag_changed_after_construction_is_judged_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = jax_kernel(kw.flag_writer)  # the store is folded away: accepted
+    z = jnp.zeros(N, jnp.float32)
+    (y,) = m(z)
+    np.testing.assert_array_equal(y, np.ones(N, np.float32))
+    monkeypatch.setattr(kw, "WRITE_FLAG", True)
+    # a new plan (a new trace) judges the code Warp would now compile, which stores into the input
+    with pytest.raises(ValueError, match=r"writes to input\(s\) \['x'\]"):
+        jax.jit(lambda z: jnp.sum(m(z)[0]) + jnp.sum(z))(z)
+    np.testing.assert_array_equal(z, np.zeros(N, np.float32))
+    monkeypatch.setattr(kw, "WRITE_FLAG", False)
+    jax.jit(lambda z: m(z)[0])(z)  # and accepted again once the flag is back

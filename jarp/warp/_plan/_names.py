@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import contextvars
 import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -132,6 +134,9 @@ def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapp
             return UNKNOWN
         value = resolve_path(func, ".".join(path))
         if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            seen = _constants_read.get()
+            if seen is not None:
+                seen.add((func, ".".join(path)))
             return value
         return UNKNOWN
     # Warp folds only a condition that is itself a constant (with Python's truth); an operation on constants runs
@@ -152,6 +157,36 @@ def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapp
         compare = _COMPARE.get(type(expr.ops[0]))
         return UNKNOWN if compare is None else compare(left, right)
     return UNKNOWN
+
+
+# The module-level and captured constants `constant` has read, while `reading_constants` records them.
+_constants_read: contextvars.ContextVar[set[tuple[Any, str]] | None] = contextvars.ContextVar(
+    "jarp_constants_read", default=None
+)
+
+
+@contextlib.contextmanager
+def reading_constants() -> Iterator[set[tuple[Any, str]]]:
+    """Record every ``(function, dotted name)`` whose constant value `constant` reads in the block.
+
+    A verdict drawn from folded branches holds while those names keep their values (`constants_version`).
+    """
+    seen: set[tuple[Any, str]] = set()
+    token = _constants_read.set(seen)
+    try:
+        yield seen
+    finally:
+        _constants_read.reset(token)
+
+
+def constants_version(reads: set[tuple[Any, str]]) -> tuple[Any, ...]:
+    """The current values of the constants in ``reads`` (`reading_constants`), as a hashable key."""
+    values = []
+    for func, name in reads:
+        value = resolve_path(func, name)
+        key = (type(value).__name__, value) if isinstance(value, (bool, int, float, np.generic)) else id(value)
+        values.append((id(func), name, key))
+    return tuple(sorted(values, key=lambda v: (v[0], v[1])))
 
 
 def exact_flag(value: Any) -> bool:

@@ -85,10 +85,28 @@ def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[
     return tuple(p for p in found if p.split(".", 1)[0] in structs)
 
 
+# Verdicts hold while the constants the kernel's folded branches read keep their values (a module-level flag may
+# change after a module is built): every cache below is keyed by their current values (`_version`).
+
+
 @weak_cache
-def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
-    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), once per kernel."""
+def _constants_read(kernel: wp.Kernel) -> set[tuple[Any, str]]:
+    """The constants (function, dotted name) the analyses of ``kernel`` have read so far (grows)."""
+    return set()
+
+
+def _version(kernel: wp.Kernel) -> tuple[Any, ...]:
+    return _names.constants_version(_constants_read(kernel))
+
+
+@weak_cache
+def _codegen_at(kernel: wp.Kernel, version: tuple[Any, ...]) -> _warp_internals.CodegenRecord:
     return _warp_internals.codegen_record(kernel)
+
+
+def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
+    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), once per version."""
+    return _codegen_at(kernel, _version(kernel))
 
 
 def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
@@ -97,13 +115,16 @@ def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
 
 
 @weak_cache
-def _kernel_writes(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
+def _kernel_writes(kernel: wp.Kernel, specialise: bool, version: tuple[Any, ...]) -> tuple[str, ...]:
     params = _warp_internals.kernel_params(kernel)
     types: dict[str, Any] = {}
     for label, warp_type in params:
         _add_types(types, label, warp_type, 0)
     context = _Context(types, specialise, _codegen(kernel).value_locals)
-    return tuple(sorted(_function_writes(kernel, {label: {label} for label, _ in params}, {}, context, 0)))
+    with _names.reading_constants() as read:
+        found = _function_writes(kernel, {label: {label} for label, _ in params}, {}, context, 0)
+    _constants_read(kernel).update(read)
+    return tuple(sorted(found))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +153,10 @@ def writes(kernel: wp.Kernel, specialise: bool = True) -> tuple[str, ...]:
             (``bump_if(x, i, False)`` with ``if flag: a[i] = ...``): Warp compiles them, but they never run.
 
     Returns:
-        The paths, sorted. Cached with the kernel.
+        The paths, sorted. Cached with the kernel, while the constants its folded branches read keep their values.
     """
-    return _kernel_writes(kernel, specialise)
+    _kernel_writes(kernel, specialise, _version(kernel))  # the first analysis records which constants it reads
+    return _kernel_writes(kernel, specialise, _version(kernel))
 
 
 def _function_writes(fn: Any, roots: dict[str, str], consts: dict[str, Any], context: _Context, depth: int) -> set[str]:

@@ -238,3 +238,14 @@ def make_accumulator(overwrite: bool):
             acc[i] += x[i]
 
     return accumulate
+
+
+WRITE_FLAG = False
+
+
+@wp.kernel
+def flag_writer(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    if WRITE_FLAG:  # folded by Warp with the value the flag has when the module builds
+        x[i] = x[i] + 100.0
+    y[i] = 1.0
