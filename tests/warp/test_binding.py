@@ -15,7 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import warp as wp
 
+from jarp.warp import jax_kernel
+from tests.warp.support import kernels_geometry as kg
 from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
 from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
 
@@ -131,3 +134,31 @@ def test_callable_traced_scalar_is_type_error_naming_argument():
     p, w = (jnp.asarray(x) for x in spring_data(N_SPRING))
     with pytest.raises(TypeError, match="stiffness"):
         jax.jit(lambda s: m(p, w, s))(STIFFNESS)
+
+
+# -- Warp structures, taken by id ------------------------------------------------------------------------------
+
+
+def _triangle() -> wp.Mesh:
+    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32), dtype=wp.vec3, device="cpu")
+    return wp.Mesh(points=points, indices=wp.array(np.array([0, 1, 2], np.int32), dtype=int, device="cpu"))
+
+
+def test_a_warp_structure_in_place_of_its_id_names_id() -> None:
+    mesh = _triangle()
+    p = jnp.zeros((2, 3), jnp.float32)
+    with pytest.raises(TypeError, match=r"'mesh' got a wp.Mesh; .*pass mesh\.id, a Python int \(static\)"):
+        jax_kernel(kg.mesh_sign)(mesh, p)
+    with pytest.raises(TypeError, match=r"struct field 'scene.mesh' got a wp.Mesh; .*pass mesh\.id"):
+        jax_kernel(kg.scene_hit)({"mesh": mesh, "scale": 2.0}, p)
+    # the advice works: the id as a Python int, with x64 off too
+    (d,) = jax_kernel(kg.mesh_sign)(mesh.id, p)
+    np.testing.assert_array_equal(d, np.ones(2, np.float32))
+    (d,) = jax_kernel(kg.scene_hit)({"mesh": mesh.id, "scale": 2.0}, p)
+    np.testing.assert_array_equal(d, np.full(2, 2.0, np.float32))
+
+
+def test_a_traced_64_bit_id_without_x64_gets_advice_that_works() -> None:
+    assert not jax.config.jax_enable_x64
+    with pytest.raises(TypeError, match=r"JAX holds no uint64 array unless jax_enable_x64 is on, so pass a Python"):
+        jax_kernel(kg.mesh_sign)(jnp.asarray(7, jnp.uint32), jnp.zeros((2, 3), jnp.float32))

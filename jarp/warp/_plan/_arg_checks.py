@@ -26,6 +26,46 @@ LONG_DOUBLE_HINT = (
 )
 
 
+# Warp structures that kernels take by id (a ``wp.uint64`` parameter), by name.
+_STRUCTURES = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
+
+
+def structure_hint(value: Any) -> str | None:
+    """What to pass instead of a Warp structure object (``wp.Mesh``...) given where a kernel takes its id, or None.
+
+    Args:
+        value: the argument.
+
+    Returns:
+        The hint, or None when ``value`` is no Warp structure.
+    """
+    cls = type(value)
+    if cls.__name__ not in _STRUCTURES or not (cls.__module__ or "").startswith("warp") or not hasattr(value, "id"):
+        return None
+    return (
+        f"got a wp.{cls.__name__}; a kernel takes a Warp structure by its id (a wp.uint64 parameter): pass "
+        f"{cls.__name__.lower()}.id, a Python int (static), and keep the wp.{cls.__name__} alive while any "
+        "program compiled with that id may run."
+    )
+
+
+def cast_hint(expected: np.dtype) -> str:
+    """How to give a value of dtype ``expected``: a cast, or for a 64-bit dtype with JAX's x64 off, how to get one.
+
+    Args:
+        expected: the NumPy dtype the parameter or field has.
+
+    Returns:
+        The advice, one sentence without its full stop.
+    """
+    if expected.itemsize == 8 and not jax.config.jax_enable_x64:
+        return (
+            f"JAX holds no {expected} array unless jax_enable_x64 is on, so pass a Python number (static), or "
+            f"enable it (jax.config.update('jax_enable_x64', True)) and cast with .astype(jnp.{expected.name})"
+        )
+    return f"cast it with .astype(jnp.{expected.name}), or pass a Python number (static)"
+
+
 def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argument") -> Any:
     """Check a JAX or NumPy array against an array spec (dtype, dims, vector/matrix element dims).
 
@@ -97,7 +137,7 @@ def runtime_value(leaf: StructLeaf, value: jax.Array, what: str) -> jax.Array:
     if np.dtype(value.dtype) != expected:
         raise TypeError(
             f"{what}: struct field {leaf.name!r} is a {leaf.describe()} field and got a {np.dtype(value.dtype)} "
-            f"array; cast it with .astype(jnp.{expected.name}), or pass a Python number (static)."
+            f"array; {cast_hint(expected)}."
         )
     if tuple(value.shape) not in (shape, (1, *shape)):
         raise TypeError(
@@ -141,6 +181,9 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     if arr is not None and arr.dtype.type in (np.longdouble, np.clongdouble):
         raise TypeError(f"{what}: struct field {name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
     if arr is None or arr.dtype.kind not in "biuf":
+        hint = structure_hint(value)
+        if hint is not None:
+            raise TypeError(f"{what}: struct field {name!r} {hint}")
         raise TypeError(
             f"{what}: struct field {name!r} expects a {leaf.describe()} ({shape if shape else 'a number'}), "
             f"got {kind_of(value)}."

@@ -25,12 +25,14 @@ from .._upstream import _warp_internals
 from . import _dtypes
 from ._arg_checks import (
     LONG_DOUBLE_HINT,
+    cast_hint,
     check_array_value,
     check_struct_array,
     kind_of,
     normalize_value,
     runtime_value,
     short_repr,
+    structure_hint,
 )
 from ._arg_spec import ArgSpec
 from ._signature import Signature
@@ -253,7 +255,7 @@ def _runtime_scalar(spec: ArgSpec, value: jax.Array, what: str) -> jax.Array:
     if np.dtype(value.dtype) != expected:
         raise TypeError(
             f"{what}: scalar argument {spec.name!r} got a {np.dtype(value.dtype)} array, but the kernel parameter "
-            f"is {expected}; cast it with .astype(jnp.{expected.name}) or pass a Python number (static)."
+            f"is {expected}; {cast_hint(expected)}."
         )
     return jnp.reshape(value, (1,))
 
@@ -284,6 +286,9 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
             raise TypeError(f"{what}: scalar argument {spec.name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
         value = np.asarray(value).item()
     if isinstance(value, complex) or not isinstance(value, (bool, int, float)):
+        hint = structure_hint(value)
+        if hint is not None:
+            raise TypeError(f"{what}: scalar argument {spec.name!r} {hint}")
         raise TypeError(f"{what}: scalar argument {spec.name!r} expects a number, got {type(value).__name__}.")
     scalar = spec.dtype
     if wp.types.type_is_float(scalar):
