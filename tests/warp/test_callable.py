@@ -112,3 +112,37 @@ def test_rebuilt_parametrised_callable_is_equal_and_does_not_retrace(build):
     for _ in range(3):
         np.testing.assert_allclose(run(_Model(build(2.0)), x), 2.0 * np.arange(4.0))
     np.testing.assert_allclose(run(_Model(build(3.0)), x), 3.0 * np.arange(4.0))
+
+
+def test_a_structure_built_in_the_function_outlives_the_tape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The backward pass runs the function again under a wp.Tape and plays the tape back after it returned: the mesh
+    # it built (a local) must still be alive then, or the adjoint launch reads a freed mesh id
+    from jax.test_util import check_grads
+
+    from tests.warp.support import kernels_geometry as kg
+
+    points = jnp.asarray([[0, 0, 0], [1, 0, 0], [0, 1, 0]], jnp.float32)
+    indices = jnp.asarray([0, 1, 2], jnp.int32)
+    m = jax_callable(kg.mesh_distance, enable_backward=True, output_dims={"d": 2})
+    backward = wp.Tape.backward
+    dead_at_backward = []
+
+    def checked_backward(tape: wp.Tape, *args: Any, **kwargs: Any) -> None:
+        # the mesh of the forward run just replayed under this tape is the last one built; stop before the
+        # playback reads a freed mesh (which would crash the process rather than fail the test)
+        dead_at_backward.extend(r for r in kg.LIVE_MESHES[-1:] if r() is None)
+        if dead_at_backward:
+            raise RuntimeError("a mesh the taped function built was freed before the tape was played back")
+        backward(tape, *args, **kwargs)
+
+    monkeypatch.setattr(wp.Tape, "backward", checked_backward)
+
+    def total(p: jax.Array) -> jax.Array:
+        return jnp.sum(m(points, indices, p)[0])
+
+    p = jnp.asarray([[0.2, 0.2, 0.5], [0.1, 0.3, -0.25]], jnp.float32)
+    np.testing.assert_allclose(total(p), 0.75, rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(total)(p), [[0, 0, 1], [0, 0, -1]], atol=1e-5)
+    check_grads(total, (p,), order=1, modes=["rev"], atol=1e-2, rtol=1e-2, eps=1e-2)
+    assert kg.LIVE_MESHES, "the function ran"
+    assert dead_at_backward == [], "a mesh the taped function built was freed before the tape was played back"

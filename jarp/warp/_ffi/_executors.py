@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import dataclasses
 import math
+import sys
 import threading
 import warnings
 import weakref
@@ -638,11 +639,35 @@ class _CallableExecutor(_Executor):
         # before the launch first, as a kernel's backward entry point sees them.
         before = [wp.clone(a, requires_grad=False) for a in in_out]
         tape = wp.Tape()
-        with tape:
-            func(*args)
+        # The tape keeps the arrays its launches name, but a structure a kernel takes by id (a wp.Mesh the function
+        # builds from its input) is a local of the function, freed when it returns: playing the tape back would
+        # then read a freed id. Keep every structure the function's frames held until the tape has been played back.
+        kept = _StructuresKept()
+        previous = sys.getprofile()
+        sys.setprofile(kept)
+        try:
+            with tape:
+                func(*args)
+        finally:
+            sys.setprofile(previous)
         for a, value in zip(in_out, before, strict=True):
             wp.copy(a, value)
         tape.backward()
+        kept.objects.clear()
+
+
+class _StructuresKept:
+    """A profile function (``sys.setprofile``, this thread only) keeping the Warp structures of returning frames."""
+
+    def __init__(self) -> None:
+        self.objects: list[Any] = []
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "return":
+            return
+        for value in (*frame.f_locals.values(), arg):
+            if _warp_internals.is_structure(value):
+                self.objects.append(value)
 
 
 def executor_count() -> int:

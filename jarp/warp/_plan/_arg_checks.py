@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
+from .._upstream import _warp_internals
 from . import _dtypes
 from ._arg_spec import ArgSpec
 from ._struct_layout import StructLeaf, is_warp_scalar
@@ -26,10 +27,6 @@ LONG_DOUBLE_HINT = (
 )
 
 
-# Warp structures that kernels take by id (a ``wp.uint64`` parameter), by name.
-_STRUCTURES = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
-
-
 def structure_hint(value: Any) -> str | None:
     """What to pass instead of a Warp structure object (``wp.Mesh``...) given where a kernel takes its id, or None.
 
@@ -39,9 +36,9 @@ def structure_hint(value: Any) -> str | None:
     Returns:
         The hint, or None when ``value`` is no Warp structure.
     """
-    cls = type(value)
-    if cls.__name__ not in _STRUCTURES or not (cls.__module__ or "").startswith("warp") or not hasattr(value, "id"):
+    if not _warp_internals.is_structure(value):
         return None
+    cls = type(value)
     return (
         f"got a wp.{cls.__name__}; a kernel takes a Warp structure by its id (a wp.uint64 parameter): pass "
         f"{cls.__name__.lower()}.id, a Python int (static), and keep the wp.{cls.__name__} alive while any "

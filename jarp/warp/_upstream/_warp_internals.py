@@ -50,6 +50,7 @@ from warp._src.types import concrete_array_type as _concrete_array_type
 
 __all__ = [
     "ARRAY_KINDS",
+    "STRUCTURE_TYPES",
     "TID_MAX_EXTENT",
     "ArrayAccess",
     "ArrayStruct",
@@ -79,6 +80,7 @@ __all__ = [
     "function_tree",
     "is_builtin_name",
     "is_struct_type",
+    "is_structure",
     "kernel_code_hash",
     "kernel_params",
     "kernel_source",
@@ -1266,6 +1268,16 @@ def array_access(kernel: wp.Kernel, block_dim: int | None = None) -> dict[str, A
     return _generate(kernel, block_dim)[0]
 
 
+# Warp structures that kernels query by id (a ``wp.uint64``): their native object lives as long as the Python one.
+STRUCTURE_TYPES = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
+
+
+def is_structure(value: Any) -> bool:
+    """Whether ``value`` is a Warp structure a kernel takes by id (``wp.Mesh``, ``wp.Bvh``, ``wp.HashGrid``...)."""
+    cls = type(value)
+    return cls.__name__ in STRUCTURE_TYPES and (cls.__module__ or "").startswith("warp") and hasattr(value, "id")
+
+
 def is_builtin_name(name: str) -> bool:
     """Whether Warp has a builtin function of this key (what it calls for a name Python does not resolve)."""
     return name in wp._src.context.builtin_functions
@@ -1416,6 +1428,8 @@ def check_array_access() -> None:
         "folded": {"a": (True, False), "b": (False, True)},
     }
     assert is_builtin_name("atomic_add"), "Warp's builtin registry moved (is_builtin_name)"
+    for name in STRUCTURE_TYPES:
+        assert isinstance(getattr(wp, name, None), type), f"wp.{name} is gone (is_structure)"
     assert not is_builtin_name("_jarp_no_such_builtin"), "Warp's builtin registry changed (is_builtin_name)"
     assert codegen_record(probes["store"]).value_locals == frozenset({"i"}), "Warp's adj.symbols changed"
     for name, kernel in probes.items():
