@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import textwrap
+from collections.abc import Iterable
 from typing import NoReturn
 
 
@@ -170,6 +171,35 @@ def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
                 if isinstance(base, ast.Name) and base.id in names:
                     stored.add(base.id)
     return tuple(n for n in names if n in stored)
+
+
+def binding_pairs(nodes: Iterable[ast.AST]) -> list[tuple[ast.expr, ast.expr | None]]:
+    """Every ``(target, value)`` the statements among ``nodes`` bind, tuples unpacked: ``a, b = x, y`` binds ``a``
+    to ``x`` and ``b`` to ``y``; a tuple target unpacked from one value binds each name to that value; ``for t in
+    it`` binds ``t`` to ``it``. Targets are names, attributes or subscripts, in order of appearance."""
+    out: list[tuple[ast.expr, ast.expr | None]] = []
+    for node in nodes:
+        pairs: list[tuple[ast.expr, ast.expr | None]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.For):
+            pairs = [(node.target, node.iter)]
+        pairs.reverse()
+        while pairs:
+            target, value = pairs.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                    unpacked = list(zip(target.elts, value.elts, strict=True))
+                else:
+                    unpacked = [(t, value) for t in target.elts]  # unpacked from one value: as the value
+                pairs.extend(reversed(unpacked))
+            elif isinstance(target, ast.Starred):
+                pairs.append((target.value, value))
+            else:
+                out.append((target, value))
+    return out
 
 
 def attribute_path(node: ast.expr) -> tuple[str, ...] | None:
@@ -568,26 +598,7 @@ class _RaceCheck:
 
     def _locals(self) -> None:
         """Find the locals naming an array (``b = a``) and those that may hold one some other way."""
-        bindings: list[tuple[ast.Name, ast.expr | None]] = []
-        for node in self.nodes:
-            pairs: list[tuple[ast.expr, ast.expr | None]] = []
-            if isinstance(node, ast.Assign):
-                pairs = [(t, node.value) for t in node.targets]
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                pairs = [(node.target, node.value)]
-            elif isinstance(node, ast.For):
-                pairs = [(node.target, node.iter)]
-            while pairs:
-                target, value = pairs.pop()
-                if isinstance(target, (ast.Tuple, ast.List)):
-                    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                        pairs.extend(zip(target.elts, value.elts, strict=True))
-                    else:
-                        pairs.extend((t, value) for t in target.elts)  # unpacked from one value: as the value
-                elif isinstance(target, ast.Starred):
-                    pairs.append((target.value, value))
-                elif isinstance(target, ast.Name):
-                    bindings.append((target, value))
+        bindings = [(t, v) for t, v in binding_pairs(self.nodes) if isinstance(t, ast.Name)]
         for target, _ in bindings:
             if target.id in self.params and (target.id in self.arrays or target.id in self.structs):
                 self.refuse(target, f"the array or struct parameter {target.id!r} is reassigned")

@@ -23,7 +23,7 @@ import warp as wp
 
 from .._upstream import _warp_internals
 from . import _names
-from ._analysis import _store_targets, stored_array
+from ._analysis import _store_targets, attribute_path, binding_pairs, stored_array
 from ._struct_layout import _is_value_type
 from ._weakcache import weak_cache
 
@@ -155,8 +155,11 @@ def writes(kernel: wp.Kernel, specialise: bool = True) -> tuple[str, ...]:
     Returns:
         The paths, sorted. Cached with the kernel, while the constants its folded branches read keep their values.
     """
-    _kernel_writes(kernel, specialise, _version(kernel))  # the first analysis records which constants it reads
-    return _kernel_writes(kernel, specialise, _version(kernel))
+    version = _version(kernel)
+    found = _kernel_writes(kernel, specialise, version)
+    if _version(kernel) != version:  # the first analysis has just recorded which constants it reads
+        found = _kernel_writes(kernel, specialise, _version(kernel))
+    return found
 
 
 def _function_writes(fn: Any, roots: dict[str, str], consts: dict[str, Any], context: _Context, depth: int) -> set[str]:
@@ -226,8 +229,8 @@ class _Walk:
                 return set()  # Warp typed this local of the kernel as a value: a copy
             return set(self.paths.get(expr.id, ()))
         if isinstance(expr, ast.Attribute):
-            dotted = _dotted(expr)
-            found = set(self.paths.get(dotted, ())) if dotted is not None else set()
+            path = attribute_path(expr)
+            found = set(self.paths.get(".".join(path), ())) if path is not None else set()
             for base in self.refs(expr.value):
                 found |= self._field(base, expr.attr)
             return found
@@ -278,46 +281,27 @@ class _Walk:
 
     def _aliases(self) -> None:
         """What each local may refer to: ``b = a``, ``h.arr = out``, ``r = a[i]``, ``a, b = s.arr, y``, ``for``."""
+        bindings = binding_pairs(self.nodes)
         changed = True
         while changed:
             changed = False
-            for node in self.nodes:
-                pairs: list[tuple[ast.expr, ast.expr | None]] = []
-                if isinstance(node, ast.Assign):
-                    pairs = [(t, node.value) for t in node.targets]
-                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                    pairs = [(node.target, node.value)]
-                elif isinstance(node, ast.For):
-                    pairs = [(node.target, node.iter)]
-                elif isinstance(node, ast.NamedExpr):
-                    pairs = [(node.target, node.value)]
-                while pairs:
-                    target, value = pairs.pop()
-                    if isinstance(target, (ast.Tuple, ast.List)):
-                        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                            pairs.extend(zip(target.elts, value.elts, strict=True))
-                        else:
-                            pairs.extend((t, value) for t in target.elts)
-                        continue
-                    if isinstance(target, ast.Starred):
-                        pairs.append((target.value, value))
-                        continue
-                    found = self.refs(value)
-                    if not found:
-                        continue
-                    keys = []
-                    if isinstance(target, ast.Name):
-                        keys.append(target.id)
-                    elif isinstance(target, ast.Attribute):
-                        dotted = _dotted(target)
-                        if dotted is not None:
-                            # ``h.arr = out``: ``h.arr`` refers to ``out``, and so does ``h`` handed on whole
-                            keys += [dotted, dotted.split(".", 1)[0]]
-                    for key in keys:
-                        known = self.paths.setdefault(key, set())
-                        if not found <= known:
-                            known |= found
-                            changed = True
+            for target, value in bindings:
+                found = self.refs(value)
+                if not found:
+                    continue
+                keys = []
+                if isinstance(target, ast.Name):
+                    keys.append(target.id)
+                elif isinstance(target, ast.Attribute):
+                    path = attribute_path(target)
+                    if path is not None:
+                        # ``h.arr = out``: ``h.arr`` refers to ``out``, and so does ``h`` handed on whole
+                        keys += [".".join(path), path[0]]
+                for key in keys:
+                    known = self.paths.setdefault(key, set())
+                    if not found <= known:
+                        known |= found
+                        changed = True
 
     def _call(self, node: ast.Call) -> None:
         name, obj = _names.callee(self.func, node, self.locals)
@@ -400,13 +384,3 @@ def _param_type(fn: Any, position: int | None, name: str | None) -> Any:
     if position is not None:
         return params[position][1] if position < len(params) else None
     return dict(params).get(name)
-
-
-def _dotted(expr: ast.expr) -> str | None:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    return ".".join([expr.id, *reversed(parts)])
