@@ -1,6 +1,6 @@
 """Launch-path benchmark: jarp vs Warp's own JAX FFI (``wp.jax_kernel``) in one process.
 
-Prints medians and ratios (jarp / warp), then issue 11's targets with PASS/FAIL. The variants compared in one
+Prints medians and ratios (jarp / warp), then the native launch path's targets with PASS/FAIL. The variants compared in one
 target are timed interleaved (one call of each, in a fresh random order, per repeat; medians per variant), so load
 changes on a shared machine hit them alike. The marginal cost of a launch is (chain of 201 - chain of 1) / 200
 inside one jit; the floor is a native FFI handler that only answers XLA's metadata query.
@@ -295,7 +295,7 @@ def main() -> None:
         "(target jarp < 150 kB)"
     )
 
-    print("\nissue 11 (native launch path); the machine has 2 cores shared with other jobs, see the load above")
+    print("\nnative launch path; the machine has 2 cores shared with other jobs, see the load above")
     report_path(native, "this process")
     py = python_subprocess(r, threads)
     if py is not None:
@@ -304,7 +304,7 @@ def main() -> None:
     if "floor" in m:
         ratio = m["jarp"] / m["floor"]
         print(f"{verdict(ratio <= 5)} (1a) jarp marginal launch <= 5x the floor handler's: {ratio:.2f}x")
-        # Issue 19: calls named by content, resolved once per executable (XLA's instantiate stage), cost no more.
+        # Calls named by content, resolved once per executable (XLA's instantiate stage), cost no more.
         print(
             f"{verdict(ratio <= 2.5)} (19) content-addressed calls: marginal launch <= 2.5x the floor's: {ratio:.2f}x"
         )

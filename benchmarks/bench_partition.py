@@ -1,4 +1,4 @@
-"""Issue 20's partitioning target: ``jit(vmap(kernel))`` over a batch sharded 4 ways vs the same batch replicated.
+"""The batch-partitioning target: ``jit(vmap(kernel))`` over a batch sharded 4 ways vs the same batch replicated.
 
 Sets up four CPU devices itself (``--xla_force_host_platform_device_count=4``). A batch of independent rows is
 run through a jarp kernel (with an input broadcast across the batch) under ``jax.jit(jax.vmap(...))``, once with

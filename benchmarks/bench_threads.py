@@ -1,4 +1,4 @@
-"""Issue 20's CPU-thread targets: jarp calls on two cores against one core (``taskset -c 0``).
+"""The every-CPU-core targets: jarp calls on two cores against one core (``taskset -c 0``).
 
 Three cases, each a jitted jarp call on the CPU:
 

@@ -191,7 +191,7 @@ def test_callable_plans_are_skipped_and_a_bad_arch_is_refused(lowered: list[Any]
 def test_the_check_catches_the_hidden_parameters_of_a_deterministic_kernel(
     lowered: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Without jarp's refusal at lowering (issue 21), a deterministic-mode kernel would be launched with too few
+    # Without jarp's refusal at lowering for CUDA, a deterministic-mode kernel would be launched with too few
     # parameters on a GPU; the PTX comparison sees it on a machine without one.
     from jarp.warp._plan import _launch_checks
 

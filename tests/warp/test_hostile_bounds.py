@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): reads and writes out of bounds, and dims too large.
+"""Hostile input: reads and writes out of bounds, and dims too large.
 
 What jarp mostly cannot catch: Warp kernels index raw memory and Warp does no bounds checks on the CPU unless
 ``wp.config.mode == "debug"``. Each such call (an out-of-range gather index, a launch larger than the input, inputs of

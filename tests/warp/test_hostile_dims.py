@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): the dims asked for: ``output_dims``, ``launch_dims``, ``vmap_method``, empty launches.
+"""Hostile input: the dims asked for: ``output_dims``, ``launch_dims``, ``vmap_method``, empty launches.
 
 Random ``output_dims`` and ``launch_dims`` forms at construction and per call (ints, lists, tuples with or without the
 element dims, dicts, NumPy integers, nonsense), unknown or falsy ``vmap_method`` values, and launches of size 0. A call

@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): random construction options.
+"""Hostile input: random construction options.
 
 Random ``num_outputs`` (negative, too many, strings, ``None``, floats, bools) and ``in_out_argnames`` (unknown names,
 scalars, outputs, duplicates, a bare string) are accepted only when they describe the kernel's parameters consistently,

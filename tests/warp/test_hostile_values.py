@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): the values passed: arrays, argument counts and scalars.
+"""Hostile input: the values passed: arrays, argument counts and scalars.
 
 Valid calls on random shapes (size 0 included), NumPy or JAX inputs, eager or jit, must match NumPy and leave the inputs
 intact; malformed array arguments (a wrong dtype, 0-D to 7-D, wrong vector/matrix inner dims, non-arrays, look-alikes

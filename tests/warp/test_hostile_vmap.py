@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): ``vmap`` with random ``in_axes``.
+"""Hostile input: ``vmap`` with random ``in_axes``.
 
 Negative axes, size-0 batches, unbatched inputs, nested ``vmap`` and a batched runtime scalar, with both vmap methods
 where they are right for the kernel, NumPy or JAX inputs, with and without ``jit``: the result matches NumPy slice by

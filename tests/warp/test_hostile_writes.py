@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): kernels that write into their inputs, and in-out arguments.
+"""Hostile input: kernels that write into their inputs, and in-out arguments.
 
 A kernel that writes an input not declared in-out (a store, an augmented assignment, an atomic, a vector component, or
 in ways the analysis misses: ``atomic_or``, a local alias, a ``@wp.func``) is refused at construction naming the

@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): 64-bit values in the float64 process (tests marked ``x64``).
+"""Hostile input: 64-bit values in the float64 process (tests marked ``x64``).
 
 With ``JAX_ENABLE_X64=1``, 64-bit JAX arrays and scalars passed to the float32/int32 kernels are refused naming the
 argument (and, for arrays, pointing at ``astype``), while the right types, Python floats included, still work. The

@@ -1,4 +1,4 @@
-"""Issue 20, part 1: batched calls partitioned along their batch dims under ``jax.jit`` (no all-gather)."""
+"""Batch partitioning: batched calls partitioned along their batch dims under ``jax.jit`` (no all-gather)."""
 
 import dataclasses
 import os

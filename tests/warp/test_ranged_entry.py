@@ -1,4 +1,4 @@
-"""jarp's ranged CPU entry points (`_warp_internals.ranged_cpu_entry`, issue 20).
+"""jarp's ranged CPU entry points (`_warp_internals.ranged_cpu_entry`).
 
 A ranged entry point runs the task indices ``[begin, end)`` of a CPU launch with the code Warp's own entry point runs
 for each of them, so a launch split into ranges, run in any order, writes bit-identical results. The entry points

@@ -1,4 +1,4 @@
-"""Static values key plans by identity of meaning, not Python equality (issue 10, defects 1 and 2).
+"""Static values key plans by identity of meaning, not Python equality.
 
 ``-0.0 == 0.0`` but ``1 / -0.0 == -inf``: a plan (or eager executable) built for one must never run for the other.
 ``nan != nan``: a NaN static must find its plan again instead of building and compiling a new one per call. ``0``,

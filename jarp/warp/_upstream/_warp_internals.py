@@ -708,7 +708,7 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
     return lookup
 
 
-# -- ranged CPU entry points (issue 20: one CPU launch split into index ranges) --
+# -- ranged CPU entry points (one CPU launch split into index ranges) --
 #
 # Warp's CPU entry point ``{name}_cpu_forward(dim, args)`` runs every task index of a launch, one after another. jarp
 # splits a launch of a race-free kernel into index ranges that run on several threads, so it needs an entry point that
