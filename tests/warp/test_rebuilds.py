@@ -13,8 +13,6 @@ import functools
 import warnings
 from typing import Any
 
-import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import warp as wp
@@ -25,30 +23,7 @@ from jarp.warp._value_callables import value_callable
 from .support import kernels as k
 from .support import kernels64 as k64
 from .support import kernels_review as kr
-
-X = jnp.arange(4.0, dtype=jnp.float32)
-
-
-class Model(eqx.Module):
-    add: Any
-
-    def __call__(self, a: Any, b: Any) -> Any:
-        return self.add(a, b)[0]
-
-
-def _traces(build: Any, n: int = 3) -> int:
-    """How many times ``eqx.filter_jit`` traces a call of ``n`` models, each built afresh by ``build()``."""
-    count = 0
-
-    @eqx.filter_jit
-    def run(model: Model, a: Any, b: Any) -> Any:
-        nonlocal count
-        count += 1
-        return model(a, b)
-
-    for _ in range(n):
-        np.testing.assert_allclose(run(Model(build()), X, X), 2 * np.asarray(X))
-    return count
+from .support.retrace import X, count_traces
 
 
 def _factory_closure(scale: int) -> Any:
@@ -60,16 +35,18 @@ def _factory_closure(scale: int) -> Any:
 
 
 def test_module_level_factory_traces_once() -> None:
-    assert _traces(lambda: jax_kernel(k64.generic_add_kernel, arg_types_factory=k64.generic_add_arg_types_list)) == 1
+    assert (
+        count_traces(lambda: jax_kernel(k64.generic_add_kernel, arg_types_factory=k64.generic_add_arg_types_list)) == 1
+    )
 
 
 def test_closure_factory_over_hashable_values_traces_once() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # and no rebuild warning
-        assert _traces(lambda: jax_kernel(k64.generic_add_kernel, arg_types_factory=_factory_closure(2))) == 1
+        assert count_traces(lambda: jax_kernel(k64.generic_add_kernel, arg_types_factory=_factory_closure(2))) == 1
         # A lambda made afresh each time, capturing nothing.
         assert (
-            _traces(
+            count_traces(
                 lambda: jax_kernel(
                     k64.generic_add_kernel, arg_types_factory=lambda a, b: k64.generic_add_arg_types_list(a, b)
                 )
@@ -83,7 +60,7 @@ def test_partial_factory_traces_once() -> None:
         factory = functools.partial(k64.generic_add_arg_types_list)
         return jax_kernel(k64.generic_add_kernel, arg_types_factory=factory)
 
-    assert _traces(build) == 1
+    assert count_traces(build) == 1
 
 
 def test_closures_with_other_captured_values_differ() -> None:
@@ -110,7 +87,7 @@ def test_unhashable_closure_warns_once_on_rebuild_and_says_the_fix(monkeypatch: 
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _traces(build) == 3  # every rebuild retraces: what the warning is about
+        assert count_traces(build) == 3  # every rebuild retraces: what the warning is about
     messages = [str(w.message) for w in caught if "arg_types_factory" in str(w.message)]
     assert len(messages) == 1, messages
     assert "retrace at every rebuild" in messages[0]

@@ -15,7 +15,6 @@ import struct
 import warnings
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,6 +32,7 @@ from tests.warp.support import kernels as k
 from tests.warp.support import kernels64 as k64
 from tests.warp.support import kernels_review as kr
 from tests.warp.support import kernels_static_keys as K
+from tests.warp.support.retrace import count_traces
 
 X = np.array([-1.0, 1.0, 2.0], np.float32)
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 5e-324, -5e-324, 1e-45, 1.4e-45, 1e-40, -1e-40]
@@ -461,30 +461,12 @@ class _Plain:
 
 
 _LONG_LIVED = _Plain()
-_Y = jnp.arange(4.0, dtype=jnp.float32)
-
-
-class _Adder(eqx.Module):
-    add: Any
-
-    def __call__(self, a: Any, b: Any) -> Any:
-        return self.add(a, b)[0]
 
 
 def _count_traces(factory: Any, n: int = 3) -> int:
-    """How many times ``eqx.filter_jit`` traces a call of ``n`` models, each with a module built from ``factory()``."""
-    count = 0
-
-    @eqx.filter_jit
-    def run(model: _Adder, a: Any, b: Any) -> Any:
-        nonlocal count
-        count += 1
-        return model(a, b)
-
-    for _ in range(n):
-        model = _Adder(jax_kernel(k64.generic_add_kernel, arg_types_factory=factory()))
-        np.testing.assert_allclose(run(model, _Y, _Y), 2 * np.asarray(_Y))
-    return count
+    """How many times a model holding a generic kernel with ``arg_types_factory=factory()``, rebuilt ``n`` times,
+    traces."""
+    return count_traces(lambda: jax_kernel(k64.generic_add_kernel, arg_types_factory=factory()), n)
 
 
 @pytest.fixture
