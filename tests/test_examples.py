@@ -15,7 +15,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 # Pages whose ```python blocks form one runnable script each (docs/tree.md is checked by tests/tree/test_docs.py).
-PAGES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/contract.md", "docs/physics.md"]
+PAGES = [
+    "README.md",
+    "docs/index.md",
+    "docs/getting-started.md",
+    "docs/contract.md",
+    "docs/physics.md",
+    "docs/geometry.md",
+]
 FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
@@ -59,3 +66,15 @@ def test_page_code_blocks_run(page: str, tmp_path: Path) -> None:
     script = tmp_path / "page.py"
     script.write_text("\n".join(blocks) + "\nprint('PAGE OK')\n")
     assert "PAGE OK" in run_python(str(script))
+
+
+@pytest.mark.example
+def test_mesh_fit_differentiates_through_a_ray_query(tmp_path: Path) -> None:
+    out = run_python(
+        str(EXAMPLES / "mesh_fit.py"), "--grid", "6", "--rays", "120", "--steps", "60", "--out", str(tmp_path)
+    )
+    match = re.search(r"loss: initial (\S+) -> final (\S+)", out)
+    assert match is not None, out
+    initial, final = float(match.group(1)), float(match.group(2))
+    assert final < 1e-2 * initial, out
+    assert (tmp_path / "mesh_fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

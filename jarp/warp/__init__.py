@@ -2,7 +2,8 @@
 
 The files at this level are what users touch: the modules (`_kernel`, `_callable`, their abstract base
 `_base`), eager dispatch (`_eager`), derivative rules (`_rules`), energies (`_energy`), options
-(`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), plan listing (`_inspect`) and
+(`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
+built inside the call by `_geometry_builds`, routed by `_geometry_calls`), plan listing (`_inspect`) and
 generated source / ahead-of-time builds (`_codegen`). A call then flows down through the stages, one
 subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` checks it):
 
@@ -28,6 +29,11 @@ from ._export import export_checks as export_checks
 from ._ffi._threads import cpu_threads as cpu_threads
 from ._ffi._threads import set_cpu_threads as set_cpu_threads
 from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
+from ._geometry import AbstractStructure as AbstractStructure
+from ._geometry import Bvh as Bvh
+from ._geometry import HashGrid as HashGrid
+from ._geometry import Mesh as Mesh
+from ._geometry import Volume as Volume
 from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
 from ._inspect import PlanInfo as PlanInfo
@@ -45,12 +51,15 @@ from ._struct import struct as struct
 from ._to_warp import to_warp as to_warp
 
 __all__ = [
+    "AbstractStructure",
     "BufferInfo",
+    "Bvh",
     "CudaLaunchCheck",
     "CudaLaunchMismatchError",
     "Energy",
     "FfiCallableProtocol",
     "FfiKernelProtocol",
+    "HashGrid",
     "JaxCallable",
     "JaxCallableCallOptions",
     "JaxCallableOptions",
@@ -58,8 +67,10 @@ __all__ = [
     "JaxKernelCallOptions",
     "JaxKernelOptions",
     "LaunchDimsWarning",
+    "Mesh",
     "ParamInfo",
     "PlanInfo",
+    "Volume",
     "check_cuda_launches",
     "compile_aot",
     "cpu_threads",

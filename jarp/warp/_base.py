@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _eager, _rules
+from . import _eager, _geometry_calls, _rules
 from ._ffi._registry import registry
 from ._jax import _adjoint
 from ._jax._primitive import CallConfig
@@ -83,6 +83,8 @@ class AbstractWarpModule(eqx.Module):
                 f"{self._what}: unknown call option(s) {unknown}; a {type(self).__name__} call takes "
                 f"{list(self._call_options)}."
             )
+        if _geometry_calls.has_structures(args):
+            return self._call_with_structures(tuple(args), options)
         out = _eager.try_eager(self, args, options)
         return out if out is not None else self._trace(tuple(args), options)
 
@@ -148,6 +150,10 @@ class AbstractWarpModule(eqx.Module):
     @abc.abstractmethod
     def _plan(self, target: Any, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         """The launch plan of one bound call."""
+
+    @abc.abstractmethod
+    def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[jax.Array, ...]:
+        """A call given jarp structures (`jarp.warp.Mesh`...): a callable call on their arrays (`_geometry_calls`)."""
 
 
 # -- user callables compared by value (`_value_callables`) ----------------------------------------

@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Unpack, overload
 
 import equinox as eqx
+import numpy as np
 import warp as wp
 
+from . import _geometry_calls
 from ._base import (
     AbstractWarpModule,
     enable_backward_field,
@@ -35,7 +37,8 @@ _WHAT = "jax_callable()"
 
 @weak_cache
 def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
-    return make_signature(_annotations.function_params(func, _WHAT), num_outputs, in_out_argnames, what=_WHAT)
+    params = _annotations.function_params(func, _WHAT)
+    return make_signature(params, num_outputs, in_out_argnames, what=_WHAT, structures=True)
 
 
 # Under Warp's lock: factories typically define kernels and Warp functions. The executors' lock first (the lock
@@ -182,6 +185,37 @@ class JaxCallable(AbstractWarpModule):
     def _describe(self, target: Callable[..., Any]) -> str:
         return f"{_WHAT} {callable_name(target)}"
 
+    def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
+        target = self._resolve(args)
+        what = self._describe(target)
+        params = _annotations.function_params(target, _WHAT)
+        sig = self._signature(target)
+        if len(args) != sig.num_inputs:
+            names = ", ".join(p.name for p in sig.inputs) or "none"
+            raise TypeError(f"{what} takes {sig.num_inputs} input(s) ({names}), got {len(args)}.")
+        if self.enable_backward:
+            names = tuple(name for name, _ in params)
+            args = _geometry_calls.guard_gradients(args, names, _geometry_calls.CALLABLE_DROPS, what)
+        groups, xparams, xargs = _geometry_calls.expand(params, args, what, kernel=False)
+        dims = self._output_dims(options, what)
+        if dims is None and sig.outputs:
+            # the default stays the first array input's Warp shape among the caller's arguments, not a structure's
+            first = next((a for spec, a in zip(sig.inputs, args, strict=True) if spec.is_array), None)
+            if first is None:
+                raise ValueError(f"{what}: no array input to take the outputs' dims from; pass output_dims=...")
+            spec = next(spec for spec in sig.inputs if spec.is_array)
+            dims = tuple(np.shape(first)[: spec.warp_ndim])
+        inner = structure_callable(
+            _geometry_calls.launcher(target, groups, xparams, None),
+            num_outputs=self.num_outputs,
+            in_out_argnames=self.in_out_argnames,
+            output_dims=dims,
+            enable_backward=self.enable_backward,
+            protect_inputs=self.protect_inputs,
+            has_side_effect=self.has_side_effect,
+        )
+        return inner(*xargs)
+
     def _plan(self, target: Callable[..., Any], bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         results = _dims.result_buffers(bound, self._output_dims(options, what), _dims.default_launch_dims(bound), what)
         plan = build_plan(
@@ -198,8 +232,20 @@ class JaxCallable(AbstractWarpModule):
         return protect_inputs(plan) if self.protect_inputs else plan
 
 
+def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
+    """The callable that runs a module call given Warp structures (`_geometry_calls`).
+
+    jarp's Python path, one call per ``vmap`` slice (each slice builds its own structure), and outside CUDA graphs
+    (a build allocates).
+    """
+    return JaxCallable(func, graph_mode=wp.JaxCallableGraphMode.NONE, vmap_method="sequential", **options)
+
+
 def callable_name(func: Callable[..., Any]) -> str:
     """A readable name of a function or callable object, for messages and inspection."""
+    label = getattr(func, "jarp_label", None)  # the launcher of a call given Warp structures (`_geometry_calls`)
+    if isinstance(label, str):
+        return label
     name = getattr(func, "__qualname__", None)
     if name is None and isinstance(func, functools.partial):
         return f"partial({callable_name(func.func)})"

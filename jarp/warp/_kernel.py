@@ -8,6 +8,7 @@ from typing import Any, Unpack, overload
 import equinox as eqx
 import warp as wp
 
+from . import _geometry_calls
 from ._base import (
     AbstractWarpModule,
     enable_backward_field,
@@ -17,10 +18,11 @@ from ._base import (
     output_dims_field,
     value_callable_field,
 )
+from ._callable import structure_callable
 from ._ffi import _executors
 from ._options import JaxKernelOptions
-from ._plan import _analysis, _dims, _launch_checks, _names, _preload, _runtime_scalars, _writes
-from ._plan._binding import BoundCall, warp_dtypes
+from ._plan import _analysis, _dims, _geometry_variants, _launch_checks, _names, _preload, _runtime_scalars, _writes
+from ._plan._binding import BoundCall, bind_arguments, warp_dtypes
 from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
@@ -221,6 +223,59 @@ class JaxKernel(AbstractWarpModule):
     def _describe(self, target: wp.Kernel) -> str:
         return f"{_WHAT} kernel {target.key!r}"
 
+    def _shapes(self, bound: BoundCall, options: Mapping[str, Any], what: str) -> tuple[Any, list[Any], int | None]:
+        """The launch dims, the result buffers and the block dim of one bound call under its options."""
+        requested = options.get("launch_dims")
+        dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
+        results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
+        block_dim = options.get("block_dim")
+        block_dim = self.block_dim if block_dim is None else _launch_checks.check_block_dim(block_dim, what)
+        return dims, results, block_dim
+
+    def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
+        # The kernel's own binding (structures as static ids) gives the overload, launch dims and outputs; the
+        # launch itself goes to a callable that builds the structures inside the call (`_geometry_calls`).
+        placeholders = tuple(0 if _geometry_calls.is_structure(a) else a for a in args)
+        target = self._resolve(placeholders)
+        what = self._describe(target)
+        sig = self._signature(target)
+        for (name, warp_type), value in zip(_warp_internals.kernel_params(target), args, strict=False):
+            _geometry_calls.check_place(name, warp_type, value, what, kernel=True)
+        bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)
+        _check_writes(target, sig, _WHAT)
+        fields = [n for n in bound.runtime_scalars if "." in n]
+        if fields:
+            raise TypeError(
+                f"{what}: struct field(s) {fields} got JAX values in a call with a Warp structure; pass them as "
+                "Python numbers (static), or make them scalar parameters of the kernel (those take JAX values)."
+            )
+        if bound.runtime_scalars:
+            target = _runtime_scalars.variant(target, bound.runtime_scalars)
+            args = tuple(
+                a.reshape(1) if spec.name in bound.runtime_scalars else a
+                for spec, a in zip(sig.inputs, args, strict=True)
+            )
+        if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
+            target = _runtime_scalars.bounds_checked(target)
+        dims, results, block_dim = self._shapes(bound, options, what)
+        if self.enable_backward:
+            # Warp's mesh builtins drop the vertex gradient: the variant reads the vertices as arrays instead
+            target = _geometry_variants.vertex_reads(target)
+            names = tuple(spec.name for spec in sig.inputs)
+            args = _geometry_calls.guard_gradients(args, names, _geometry_calls.kernel_drops(target), what)
+        params = _warp_internals.kernel_params(target)
+        groups, xparams, xargs = _geometry_calls.expand(params, args, what, kernel=True)
+        launch = (tuple(dims), len(params) - sig.num_pure_outputs, block_dim)
+        inner = structure_callable(
+            _geometry_calls.launcher(target, groups, xparams, launch),
+            num_outputs=sig.num_outputs,
+            in_out_argnames=self.in_out_argnames,
+            output_dims=_geometry_calls.output_dims(results, sig.outputs),
+            enable_backward=self.enable_backward,
+            protect_inputs=False,  # the kernel writes no input (`_check_writes`)
+        )
+        return inner(*xargs)
+
     def _plan(self, target: wp.Kernel, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         # Judged again for each plan (cached while nothing changed): a generic kernel's overload is first seen here,
         # and a module-level flag a kernel folds on may have changed since the module was built
@@ -229,11 +284,7 @@ class JaxKernel(AbstractWarpModule):
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
         if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
             target = _runtime_scalars.bounds_checked(target)
-        requested = options.get("launch_dims")
-        dims = _dims.launch_dims(self.launch_dims if requested is None else requested, bound, what)
-        results = _dims.result_buffers(bound, self._output_dims(options, what), dims, what)
-        block_dim = options.get("block_dim")
-        block_dim = self.block_dim if block_dim is None else _launch_checks.check_block_dim(block_dim, what)
+        dims, results, block_dim = self._shapes(bound, options, what)
         _preload.preload(target, self.module_preload_mode, block_dim)
         return build_plan(
             Runs.KERNEL,

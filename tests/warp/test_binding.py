@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import jax_kernel
+from jarp.warp import Mesh, jax_kernel
 from tests.warp.support import kernels_geometry as kg
 from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
 from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
@@ -147,11 +147,16 @@ def _triangle() -> wp.Mesh:
 def test_a_warp_structure_in_place_of_its_id_names_id() -> None:
     mesh = _triangle()
     p = jnp.zeros((2, 3), jnp.float32)
-    with pytest.raises(TypeError, match=r"'mesh' got a wp.Mesh; .*pass mesh\.id, a Python int \(static\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"'mesh' got a wp.Mesh; .*pass a jarp\.warp\.Mesh\(\.\.\.\) pytree .* or mesh\.id, a Python int",
+    ):
         jax_kernel(kg.mesh_sign)(mesh, p)
-    with pytest.raises(TypeError, match=r"struct field 'scene.mesh' got a wp.Mesh; .*pass mesh\.id"):
+    with pytest.raises(TypeError, match=r"struct field 'scene.mesh' got a wp.Mesh; .*mesh\.id, a Python int"):
         jax_kernel(kg.scene_hit)({"mesh": mesh, "scale": 2.0}, p)
-    # the advice works: the id as a Python int, with x64 off too
+    # the advice works: the pytree, and the id as a Python int (with x64 off too)
+    triangle = Mesh(points=mesh.points.numpy(), indices=mesh.indices.numpy().reshape(1, 3))
+    np.testing.assert_array_equal(jax_kernel(kg.mesh_sign)(triangle, p)[0], np.ones(2, np.float32))
     (d,) = jax_kernel(kg.mesh_sign)(mesh.id, p)
     np.testing.assert_array_equal(d, np.ones(2, np.float32))
     (d,) = jax_kernel(kg.scene_hit)({"mesh": mesh.id, "scale": 2.0}, p)

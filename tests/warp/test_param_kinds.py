@@ -123,7 +123,7 @@ def test_struct_field_of_subscript_array_is_a_plain_array() -> None:
     ("annotation", "named", "advice"),
     [
         (wp.Texture2D, "wp.Texture2D", "pass the texels as a wp.array"),
-        (wp.Mesh, "wp.Mesh", "annotate the parameter as wp.uint64 and pass the object's .id"),
+        (wp.Mesh, "wp.Mesh", "annotate the parameter as wp.uint64 and pass a jarp.warp.Mesh(...) pytree"),
         (wp.Volume, "wp.Volume", "wp.uint64"),
         (wp.handle, "wp.handle", "annotate an object id as wp.uint64"),
         (wp.Float, "Float", "typing.Any and pick the overload with arg_types_factory"),

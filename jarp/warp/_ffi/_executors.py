@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .._plan import _launch_checks
+from .._plan import _geometry_adjoints, _launch_checks
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
 from . import _arg_blocks, _errors, _guard, _native, _struct_bytes, _threads
@@ -532,6 +532,9 @@ class _CallableExecutor(_Executor):
         # launched: a module rebuilt later is not unloaded while a command buffer XLA still replays calls it.
         self.capture: Any = None
         self.captured_modules: dict[int, Any] = {}
+        # What a function keeps between calls of this plan on this device (`CallSite.store`): jarp's geometry keeps
+        # the Warp structures it built there, so they live exactly as long as a program may call the plan.
+        self.store: dict[Any, Any] = {}
 
     def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
         plan = self.plan
@@ -595,24 +598,27 @@ class _CallableExecutor(_Executor):
                     _warp_internals.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
             for j, nbytes in self.zero:
                 _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
+        stream = None if self.device.is_cpu else cuda_stream
         with scope:
             if not capturing:
-                self._slices(ops, res)
+                self._slices(ops, res, stream)
                 return
             # XLA is recording this call into a command buffer (a CUDA graph): tell Warp, as its bridge does, so
             # that Warp retains the modules launched during the capture, makes allocations in it graph-safe and
             # refuses what cannot run in a capture (wp.config.verify_cuda's synchronisations).
             with wp.ScopedCapture(external=True) as capture:
-                self._slices(ops, res)
+                self._slices(ops, res, stream)
             self.capture = capture
             for module in _warp_internals.capture_modules(capture):
                 self.captured_modules.setdefault(id(module), module)
 
-    def _slices(self, ops: list[int], res: list[int]) -> None:
+    def _slices(self, ops: list[int], res: list[int], stream: int | None) -> None:
         """Call the function once per batch slice on arrays wrapping the slice's buffers."""
         plan = self.plan
         func: Callable[..., Any] = plan.target
+        outer = current_call()  # a function may call another jarp callable (run eagerly, on this thread)
         for s in range(self.nslices):
+            _current.site = CallSite(self.store, s, stream, self.adjoint)
             args, in_out = [], []
             for param in plan.params:
                 b = param.primal
@@ -623,12 +629,15 @@ class _CallableExecutor(_Executor):
                     args.append(self._struct(param, ops, res, s))
                     continue
                 grad = None
-                if self.adjoint:
+                if self.adjoint and param.adjoint.source != "none":  # none: an operand JAX does not differentiate
                     grad = self._array(param.spec, param.adjoint, ops, res, s)
                 args.append(self._array(param.spec, b, ops, res, s, grad))
                 if param.spec.in_out:
                     in_out.append(args[-1])
-            self._call(func, args, in_out)
+            try:
+                self._call(func, args, in_out)
+            finally:
+                _current.site = outer
 
     def _call(self, func: Callable[..., Any], args: list[Any], in_out: list[Any]) -> None:
         if not self.adjoint:
@@ -650,10 +659,65 @@ class _CallableExecutor(_Executor):
                 func(*args)
         finally:
             sys.setprofile(previous)
+        _refuse_dropped_gradients(tape, kept.objects, self.plan.name)
         for a, value in zip(in_out, before, strict=True):
             wp.copy(a, value)
         tape.backward()
         kept.objects.clear()
+
+
+def _refuse_dropped_gradients(tape: wp.Tape, structures: list[Any], plan_name: str) -> None:
+    """Raise where a taped kernel reads a mesh built from a differentiated array through a builtin dropping its gradient.
+
+    A mesh built from an array with a gradient buffer (a differentiated input of the function) would get a
+    silent zero from Warp's adjoint of such a builtin (`_geometry_adjoints`).
+    """
+    differentiated: dict[int, tuple[str, ...]] = {}
+    for s in structures:
+        fields = tuple(f for f in ("points", "velocities") if getattr(getattr(s, f, None), "grad", None) is not None)
+        if fields and isinstance(getattr(s, "id", None), int):
+            differentiated[s.id] = fields
+    if not differentiated:
+        return
+    for kernel, args in _warp_internals.tape_launches(tape):
+        used = {f for a in args if isinstance(a, int) and a in differentiated for f in differentiated[a]}
+        if not used:
+            continue
+        drops = _geometry_adjoints.dropped(kernel)
+        for field in sorted(used & set(drops)):
+            raise ValueError(
+                f"{plan_name}: kernel {kernel.key!r} reads the "
+                f"{field} of a wp.Mesh built from a differentiated input through {', '.join(drops[field])}, whose "
+                f"adjoint in Warp drops the gradient with respect to the mesh's {field} (it would be a silent zero); "
+                "read the vertices as arrays instead (m = wp.mesh_get(id); m.points[m.indices[3 * face + k]]), or stop "
+                "the input's gradient (jax.lax.stop_gradient) if the dependence is to be ignored."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSite:
+    """Where the function of a callable plan runs now (`current_call`).
+
+    Attributes:
+        store: a dict the function may keep state in between calls; it belongs to this (plan, device) and goes
+            with it (jarp's geometry keeps the Warp structures it built here).
+        slice: the batch slice being run (0 without a batch): under ``vmap`` each slice is its own call.
+        stream: the CUDA stream the call runs on (None on the CPU).
+        adjoint: whether this is the taped replay of a reverse-mode call.
+    """
+
+    store: dict[Any, Any]
+    slice: int
+    stream: int | None
+    adjoint: bool
+
+
+_current = threading.local()
+
+
+def current_call() -> CallSite | None:
+    """The `CallSite` of the callable plan running on this thread; None outside one."""
+    return getattr(_current, "site", None)
 
 
 class _StructuresKept:

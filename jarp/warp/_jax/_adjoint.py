@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import warp as wp
+from jax.custom_derivatives import SymbolicZero
 
 from .._plan import _dtypes
 from .._plan._values import Binding, Buffer, Param, Plan, Runs
@@ -17,7 +18,7 @@ from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind, forward_mode_error
 
 
-def adjoint_plan(plan: Plan) -> Plan:
+def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     """The plan of the backward launch of a forward kernel plan.
 
     Built afresh on each backward trace (it is cheap, and equal plans share one registry handle): a cache of
@@ -30,6 +31,11 @@ def adjoint_plan(plan: Plan) -> Plan:
     for each forward result (the adjoint replays the forward pass as it was before
     the launch, when pure outputs were zero), and a writable copy of each incoming
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
+
+    ``perturbed`` names the forward operands JAX differentiates (None: all). A callable's replay then gives no
+    gradient buffer to the others (their cotangents stay zero and unused), so what it sees differentiated is
+    what the caller differentiates (a mesh built from an input that is not differentiated is no concern of the
+    gradient check of `_ffi._executors`).
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
     in_out = {res: op for op, res in plan.in_out_aliases}
@@ -38,6 +44,9 @@ def adjoint_plan(plan: Plan) -> Plan:
     for p in plan.params:
         b = p.primal
         if b.source == "operand":
+            if plan.runs is Runs.CALLABLE and perturbed is not None and b.index not in perturbed:
+                params.append(Param(p.spec, b, Binding("none")))
+                continue
             params.append(Param(p.spec, b, Binding("result", b.index)))
         elif b.source == "result" and b.index in in_out:
             # In-out: replay from the value before the launch; the incoming cotangent buffer
@@ -76,25 +85,35 @@ def adjoint_plan(plan: Plan) -> Plan:
     )
 
 
+# symbolic_zeros: the forward rule learns which operands JAX differentiates (`adjoint_plan`'s ``perturbed``).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _differentiable(plan: Plan, config: CallConfig, *operands: Any) -> tuple[jax.Array, ...]:
     return bind(plan, config, operands)
 
 
-def _fwd(plan: Plan, config: CallConfig, *operands: Any) -> Any:
-    return bind(plan, config, operands), operands
+def _fwd(plan: Plan, config: CallConfig, *primals: Any) -> Any:
+    operands = tuple(p.value for p in primals)
+    # The perturbed operands' indices travel as the keys of a dict: part of the residuals' tree structure, which
+    # is static (residual leaves must be arrays).
+    perturbed = {i: None for i, p in enumerate(primals) if p.perturbed}
+    return bind(plan, config, operands), (operands, perturbed)
 
 
-def _bwd(plan: Plan, config: CallConfig, operands: Any, cts: Any) -> Any:
+def _bwd(plan: Plan, config: CallConfig, residuals: Any, cts: Any) -> Any:
+    operands, perturbed = residuals
     cts = [
-        ct if ct is not None and ct.dtype == r.dtype else jnp.zeros(plan.result_shape(j), r.dtype)
+        ct
+        if ct is not None and not isinstance(ct, SymbolicZero) and ct.dtype == r.dtype
+        else jnp.zeros(plan.result_shape(j), r.dtype)
         for j, (ct, r) in enumerate(zip(cts, plan.results, strict=True))
     ]
-    outs = bind(adjoint_plan(plan), config, (*operands, *cts))
+    outs = bind(adjoint_plan(plan, frozenset(perturbed)), config, (*operands, *cts))
     n_ops, n_res = len(plan.operands), len(plan.results)
     source = dict(enumerate(range(n_ops))) | {op: n_ops + n_res + res for op, res in plan.in_out_aliases}
     return tuple(
-        _match_sharding(_reduce_varying(outs[source[i]], op), op) if _dtypes.is_inexact(op.dtype) else None
+        _match_sharding(_reduce_varying(outs[source[i]], op), op)
+        if _dtypes.is_inexact(op.dtype) and i in perturbed
+        else None
         for i, op in enumerate(operands)
     )
 
@@ -130,7 +149,7 @@ def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
     return jax.lax.psum(ct, extra) if extra else ct
 
 
-_differentiable.defvjp(_fwd, _bwd)
+_differentiable.defvjp(_fwd, _bwd, symbolic_zeros=True)
 
 
 def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:

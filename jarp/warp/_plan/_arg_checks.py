@@ -39,10 +39,16 @@ def structure_hint(value: Any) -> str | None:
     if not _warp_internals.is_structure(value):
         return None
     cls = type(value)
+    name = cls.__name__
+    wrapper = (
+        f"pass a jarp.warp.{name}(...) pytree of its arrays instead (built inside the call, differentiable), or "
+        if name in ("Mesh", "Bvh", "HashGrid", "Volume")
+        else "pass "
+    )
     return (
-        f"got a wp.{cls.__name__}; a kernel takes a Warp structure by its id (a wp.uint64 parameter): pass "
-        f"{cls.__name__.lower()}.id, a Python int (static), and keep the wp.{cls.__name__} alive while any "
-        "program compiled with that id may run."
+        f"got a wp.{name}; a kernel takes a Warp structure by its id (a wp.uint64 parameter): {wrapper}"
+        f"{name.lower()}.id, a Python int (static), keeping the wp.{name} alive while any program compiled with "
+        "that id may run."
     )
 
 

@@ -33,6 +33,9 @@ class ArgSpec:
         struct: for a ``wp.struct`` parameter, its flattened layout (a
             `_struct_layout.StructLayout`); the parameter is then neither an array
             nor a scalar: its array fields are operands, its value fields static.
+        structure: for a function parameter taking a Warp structure (``wp.Mesh``, ``wp.Bvh``, ``wp.HashGrid``,
+            ``wp.Volume``, the class in ``dtype``): the call gives it a jarp pytree, whose arrays are bound in
+            its place (`jarp.warp.Mesh`...).
     """
 
     name: str
@@ -42,6 +45,7 @@ class ArgSpec:
     inner_shape: tuple[int, ...]
     in_out: bool = False
     struct: Any = None
+    structure: bool = False
 
     @property
     def is_struct(self) -> bool:
@@ -69,6 +73,8 @@ class ArgSpec:
         return "Any" if self.generic else wp.types.type_repr(self.dtype)
 
     def describe(self) -> str:
+        if self.structure:
+            return f"Warp structure wp.{self.dtype.__name__}"
         if self.is_struct:
             return f"struct {self.struct.describe()}"
         if not self.is_array:
@@ -142,7 +148,10 @@ def _unsupported_advice(warp_type: Any) -> str:
             "interpolate them in the kernel"
         )
     if name in ("Mesh", "Volume", "Bvh", "HashGrid"):
-        return f"pass a wp.{name} by its id: annotate the parameter as wp.uint64 and pass the object's .id"
+        return (
+            f"a kernel takes a wp.{name} by its id: annotate the parameter as wp.uint64 and pass a jarp.warp.{name}(...) "
+            "pytree (built inside the call) or the object's .id"
+        )
     if warp_type is wp.handle:
         return "annotate an object id as wp.uint64 and pass the object's .id"
     if isinstance(warp_type, TypeVar):

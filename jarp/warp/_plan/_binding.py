@@ -227,6 +227,12 @@ def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_sc
         raise TypeError(f"{what} takes {len(inputs)} input(s) ({names}), got {len(args)}.")
     operands, specs, statics, runtime = [], [], {}, []
     for spec, value in zip(inputs, args, strict=True):
+        if spec.structure:
+            name = spec.dtype.__name__
+            raise TypeError(
+                f"{what}: argument {spec.name!r} takes a wp.{name}, got {kind_of(value)}; pass a "
+                f"jarp.warp.{name}(...) pytree: jarp builds the wp.{name} inside the call from its arrays."
+            )
         if spec.is_array:
             operands.append(_check_array(spec, value, what))
             specs.append(spec)

@@ -193,7 +193,12 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
 
 
 def rebuild(
-    kernel: wp.Kernel, source: str, params: tuple[tuple[str, Any], ...], tag: str, options: dict[str, Any] | None = None
+    kernel: wp.Kernel,
+    source: str,
+    params: tuple[tuple[str, Any], ...],
+    tag: str,
+    options: dict[str, Any] | None = None,
+    extra_globals: dict[str, Any] | None = None,
 ) -> wp.Kernel:
     """A new kernel from ``source`` with parameters ``params`` (concrete Warp types), in a module of its own.
 
@@ -201,11 +206,13 @@ def rebuild(
     with ``options`` over them, and the new kernel ``kernel``'s kernel options (it builds as ``kernel`` does). The
     function object carries ``kernel``'s code, globals and closure (what the source's names resolve against) and
     the given parameters as its signature, so a concrete overload of a generic kernel stays concrete.
+    ``extra_globals`` adds names the source refers to (over a copy of ``kernel``'s globals).
     """
     annotations = dict(params)
     sig_params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
     base = kernel.func
-    func = types.FunctionType(base.__code__, base.__globals__, base.__name__, base.__defaults__, base.__closure__)
+    scope = base.__globals__ if not extra_globals else {**base.__globals__, **extra_globals}
+    func = types.FunctionType(base.__code__, scope, base.__name__, base.__defaults__, base.__closure__)
     func.__qualname__ = base.__qualname__
     func.__module__ = base.__module__
     func.__signature__ = inspect.Signature(sig_params)  # type: ignore[attr-defined]

@@ -11,10 +11,18 @@ from ._arg_spec import ArgSpec, arg_spec
 from ._struct_layout import struct_layout
 
 
-def param_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel") -> ArgSpec:
-    """Build the `ArgSpec` of a parameter from its Warp annotation: an array, a scalar or a ``wp.struct``."""
+def param_spec(
+    name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel", structures: bool = False
+) -> ArgSpec:
+    """Build the `ArgSpec` of a parameter from its Warp annotation: an array, a scalar or a ``wp.struct``.
+
+    With ``structures`` (a function's parameters), also a Warp structure (``wp.Mesh``...), which the call gives as a
+    jarp pytree; a kernel takes a structure by its id instead.
+    """
     if _warp_internals.is_struct_type(warp_type):
         return ArgSpec(name, False, warp_type, 0, (), in_out, struct=struct_layout(warp_type, name))
+    if structures and _warp_internals.is_structure_type(warp_type):
+        return ArgSpec(name, False, warp_type, 0, (), in_out, structure=True)
     return arg_spec(name, warp_type, in_out=in_out, what=what)
 
 
@@ -51,7 +59,12 @@ class Signature:
 
 
 def make_signature(
-    params: Sequence[tuple[str, Any]], num_outputs: int, in_out_argnames: tuple[str, ...], *, what: str
+    params: Sequence[tuple[str, Any]],
+    num_outputs: int,
+    in_out_argnames: tuple[str, ...],
+    *,
+    what: str,
+    structures: bool = False,
 ) -> Signature:
     """Validate the output options against a parameter list and build a `Signature`.
 
@@ -95,7 +108,7 @@ def make_signature(
                 f"should be placed before output-only arguments (the last {num_outputs - len(in_out_argnames)} "
                 "parameters), or raise num_outputs."
             )
-        spec = param_spec(name, warp_type, in_out=in_out, what=what)
+        spec = param_spec(name, warp_type, in_out=in_out, what=what, structures=structures)
         if (i >= num_inputs or in_out) and spec.is_struct:
             raise TypeError(
                 f"{what}: output parameter {name!r} is a {spec.describe()}; jarp does not return structs. Make "

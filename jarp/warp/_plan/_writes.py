@@ -109,6 +109,11 @@ def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
     return _codegen_at(kernel, _version(kernel))
 
 
+def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The C++ forward code Warp generates for ``kernel`` and each ``@wp.func`` it calls (`CodegenRecord`)."""
+    return _codegen(kernel).forward_code
+
+
 def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
     """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`)."""
     return _codegen(kernel).access

@@ -81,6 +81,7 @@ __all__ = [
     "is_builtin_name",
     "is_struct_type",
     "is_structure",
+    "is_structure_type",
     "kernel_code_hash",
     "kernel_params",
     "kernel_source",
@@ -105,6 +106,7 @@ __all__ = [
     "struct_instance_type",
     "struct_name",
     "take_build_failures",
+    "tape_launches",
     "warp_lock",
     "warp_lock_held",
 ]
@@ -1278,6 +1280,16 @@ def is_structure(value: Any) -> bool:
     return cls.__name__ in STRUCTURE_TYPES and (cls.__module__ or "").startswith("warp") and hasattr(value, "id")
 
 
+def tape_launches(tape: wp.Tape) -> list[tuple[wp.Kernel, list[Any]]]:
+    """The kernels a ``wp.Tape`` recorded, each with its arguments (inputs then outputs) as given to ``wp.launch``."""
+    return [(entry[0], [*entry[3], *entry[4]]) for entry in tape.launches if isinstance(entry, list)]
+
+
+def is_structure_type(warp_type: Any) -> bool:
+    """Whether an annotation is the class of a Warp structure jarp builds (``wp.Mesh``, ``wp.Bvh``...)."""
+    return isinstance(warp_type, type) and any(warp_type is getattr(wp, n, None) for n in STRUCTURE_TYPES[:4])
+
+
 def is_builtin_name(name: str) -> bool:
     """Whether Warp has a builtin function of this key (what it calls for a name Python does not resolve)."""
     return name in wp._src.context.builtin_functions
@@ -1312,6 +1324,9 @@ class CodegenRecord(NamedTuple):
     access: dict[str, ArrayAccess] | None  # `array_access`; None where Warp could not generate the code
     error: str | None  # Warp's error where it could not
     value_locals: frozenset[str]  # the kernel's locals whose Warp type is a value (scalar, vector, matrix...)
+    # The C++ forward code Warp generated, one (function key, lines) per adjoint: the kernel's, then each
+    # @wp.func it calls (each overload), for what no Python-level record says (which builtins run, on what)
+    forward_code: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
@@ -1353,6 +1368,13 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             # A builder of this one kernel: Warp's ModuleBuilder builds the kernels its hasher lists
             only = _OneKernel(kernel)
             builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
+            code = [(kernel.key, _forward_lines(kernel.adj))]
+            seen = {id(kernel.adj)}
+            for fn in builder.functions:
+                for adj in (getattr(fn, "adj", None), *(o.adj for o in getattr(fn, "user_overloads", {}).values())):
+                    if adj is not None and id(adj) not in seen:
+                        seen.add(id(adj))
+                        code.append((fn.key, _forward_lines(adj)))
             # Warp leaves each built adjoint pointing at its builder, which lists the kernel: a long-lived
             # @wp.func would keep this kernel (and its plans) alive
             for fn in (kernel, *builder.functions):
@@ -1370,11 +1392,15 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
                 for name, var in kernel.adj.symbols.items()
                 if isinstance(var, wp._src.codegen.Var) and _is_value_type(var.type)
             )
-            return CodegenRecord(access, None, values)
+            return CodegenRecord(access, None, values, tuple(code))
         except Exception as e:
             return CodegenRecord(None, f"{type(e).__name__}: {e}", frozenset())
         finally:
             wp.config.log_level = level
+
+
+def _forward_lines(adj: Any) -> tuple[str, ...]:
+    return tuple(line for block in getattr(adj, "blocks", ()) for line in block.body_forward)
 
 
 def function_tree(fn: Any) -> ast.FunctionDef | None:
@@ -1432,6 +1458,13 @@ def check_array_access() -> None:
         assert isinstance(getattr(wp, name, None), type), f"wp.{name} is gone (is_structure)"
     assert not is_builtin_name("_jarp_no_such_builtin"), "Warp's builtin registry changed (is_builtin_name)"
     assert codegen_record(probes["store"]).value_locals == frozenset({"i"}), "Warp's adj.symbols changed"
+    code = codegen_record(probes["func"]).forward_code
+    assert any("wp::array_store(" in line for line in code[-1][1]), "Warp's adj.blocks changed (forward_code)"
+    assert len(code) == 2, "Warp's ModuleBuilder.functions changed (codegen_record.forward_code)"
+    a = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    tape.record_launch(probes["store"], 1, 0, [a], [a], "cpu")
+    assert tape_launches(tape) == [(probes["store"], [a, a])], "Warp's Tape.launches changed (tape_launches)"
     for name, kernel in probes.items():
         got = array_access(kernel)
         assert got is not None, f"Warp could not generate the probe kernel {name!r} (array_access)"

@@ -1,0 +1,380 @@
+"""Warp's geometry as pytrees: `Mesh`, `Bvh`, `HashGrid` and `Volume` own their data as JAX arrays.
+
+Each class is an Equinox module whose arrays are leaves and whose build options are static fields, so it can be
+a model's field, traced, batched, differentiated and serialised like any other. It knows two things: which arrays
+it hands to the call (`AbstractStructure.operands`, cast to what Warp builds from) and how to make or update its
+Warp object from the Warp arrays wrapping those buffers inside the call (`build`, `update`). When to build and how
+long a built object lives is `_geometry_builds`' concern.
+"""
+
+# No `from __future__ import annotations`: Equinox refuses stringified `AbstractVar` annotations.
+
+import abc
+import dataclasses
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import warp as wp
+from jaxtyping import Array, Float, Int
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How to build one structure inside the call: its class, which arrays it passes, its static options.
+
+    Hashable (a field of the launcher, which is part of the plan). ``arrays`` names the arrays passed, in order.
+    """
+
+    kind: type["AbstractStructure"]
+    arrays: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...]
+
+    def option(self, name: str) -> Any:
+        return dict(self.options)[name]
+
+
+class AbstractStructure(eqx.Module):
+    """A Warp structure (mesh, BVH, hash grid, volume) as a pytree owning its data.
+
+    Pass one where a kernel takes the structure's id (a ``wp.uint64`` parameter) of a `jarp.warp.jax_kernel`, or
+    where a `jarp.warp.jax_callable`'s function takes the Warp object (annotated ``wp.Mesh``, ``wp.Bvh``,
+    ``wp.HashGrid`` or ``wp.Volume``): jarp builds the Warp object inside the call from the arrays, refits the one
+    it built last where only the positions moved, and keeps it alive as long as a program can launch it.
+    """
+
+    # The Warp class built (wp.Mesh...), and the (field, Warp annotation) of each array it can be built from.
+    warp_type: ClassVar[type]
+    _array_fields: ClassVar[tuple[tuple[str, Any], ...]]
+    # The fields whose gradients Warp's query builtins may drop (`_adjoints`).
+    _differentiable: ClassVar[tuple[str, ...]]
+
+    def operands(self) -> tuple[tuple[str, Any, Any], ...]:
+        """``(field, JAX array, Warp annotation)`` of each array passed to the call, cast to what Warp builds from."""
+        out = []
+        for name, warp_type in self._array_fields:
+            value = getattr(self, name)
+            if value is not None:
+                out.append((name, self._cast(name, value), warp_type))
+        return tuple(out)
+
+    def recipe(self) -> Recipe:
+        """The hashable description of how the call builds this structure."""
+        options = tuple(
+            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata.get("static", False)
+        )
+        return Recipe(type(self), tuple(name for name, _, _ in self.operands()), options)
+
+    @abc.abstractmethod
+    def _cast(self, name: str, value: Any) -> jax.Array:
+        """Array ``name`` as Warp builds from it (dtype, shape)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> Any:
+        """A new Warp object from the call's arrays (it may keep private copies of them)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def update(cls, recipe: Recipe, built: Any, arrays: dict[str, wp.array]) -> bool:
+        """Bring ``built`` up to date with this call's arrays in place (refit); False where it must be rebuilt."""
+
+
+def _float32_rows(value: Any, name: str, what: str) -> jax.Array:
+    value = jnp.asarray(value)
+    if value.ndim != 2 or value.shape[-1] != 3:
+        raise ValueError(f"jarp.warp.{what}: {name} must have shape (n, 3), got {value.shape}.")
+    return value.astype(jnp.float32)
+
+
+def _static(default: Any = None) -> Any:
+    return eqx.field(static=True, default=default)
+
+
+def _same_shapes(arrays: dict[str, wp.array], kept: dict[str, wp.array]) -> bool:
+    return all(arrays[k].shape == kept[k].shape for k in kept)
+
+
+class _BuiltMesh:
+    """A ``wp.Mesh`` with the private copy of the indices it was built from (XLA's buffers last one call)."""
+
+    def __init__(self, mesh: wp.Mesh, indices: wp.array) -> None:
+        self.mesh = mesh
+        self.indices = indices
+        self.id = mesh.id
+
+
+class Mesh(AbstractStructure):
+    """A triangle mesh (``wp.Mesh``) as a pytree: closest-point, ray and box queries against its triangles.
+
+    Warp meshes are single precision: ``points`` (and ``velocities``) are rounded to float32 for the call; the
+    gradient with respect to them comes back in their own dtype.
+
+    Attributes:
+        points: vertex positions, shape ``(num_points, 3)``.
+        indices: triangles as vertex indices, shape ``(num_faces, 3)`` (or flat ``(3 * num_faces,)``).
+        velocities: optional vertex velocities, shape ``(num_points, 3)`` (``wp.mesh_eval_velocity``).
+        support_winding_number: build what ``wp.mesh_query_point_sign_winding_number`` needs.
+        bvh_constructor: Warp's BVH construction algorithm (``"sah"``, ``"median"``, ``"lbvh"``; None: Warp's
+            default for the device).
+        bvh_leaf_size: triangles per BVH leaf (None: Warp's default).
+
+    Example:
+        ```python
+        @wp.kernel
+        def distance(mesh: wp.uint64, x: wp.array(dtype=wp.vec3), d: wp.array(dtype=float)):
+            i = wp.tid()
+            q = wp.mesh_query_point_no_sign(mesh, x[i], 1.0e6)
+            m = wp.mesh_get(mesh)
+            f = q.face
+            p = q.u * m.points[m.indices[3 * f]] + q.v * m.points[m.indices[3 * f + 1]] + (
+                1.0 - q.u - q.v
+            ) * m.points[m.indices[3 * f + 2]]
+            d[i] = wp.length(p - x[i])
+
+        mesh = jarp.warp.Mesh(points=vertices, indices=faces)
+        (d,) = jarp.warp.jax_kernel(distance)(mesh, queries)
+        ```
+    """
+
+    warp_type: ClassVar[type] = wp.Mesh
+    _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("points", wp.array(dtype=wp.vec3)),
+        ("indices", wp.array(dtype=wp.int32)),
+        ("velocities", wp.array(dtype=wp.vec3)),
+    )
+    _differentiable: ClassVar[tuple[str, ...]] = ("points", "velocities")
+
+    points: Float[Array, "num_points 3"]
+    indices: Int[Array, "num_faces 3"] | Int[Array, " num_indices"]
+    velocities: Float[Array, "num_points 3"] | None = None
+    support_winding_number: bool = _static(False)
+    bvh_constructor: str | None = _static(None)
+    bvh_leaf_size: int | None = _static(None)
+
+    def __check_init__(self) -> None:
+        shape = getattr(self.indices, "shape", None)
+        if shape is not None and not (len(shape) == 2 and shape[-1] == 3) and not (len(shape) == 1):
+            raise ValueError(f"jarp.warp.Mesh: indices must have shape (num_faces, 3), got {tuple(shape)}.")
+
+    def _cast(self, name: str, value: Any) -> jax.Array:
+        if name == "indices":
+            value = jnp.asarray(value)
+            if not jnp.issubdtype(value.dtype, jnp.integer):
+                raise TypeError(f"jarp.warp.Mesh: indices must be integers, got {value.dtype}.")
+            return value.reshape(-1).astype(jnp.int32)
+        return _float32_rows(value, name, "Mesh")
+
+    @classmethod
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltMesh:
+        indices = wp.clone(arrays["indices"])
+        mesh = wp.Mesh(
+            points=arrays["points"],
+            indices=indices,
+            velocities=arrays.get("velocities"),
+            support_winding_number=recipe.option("support_winding_number"),
+            bvh_constructor=recipe.option("bvh_constructor"),
+            bvh_leaf_size=recipe.option("bvh_leaf_size"),
+        )
+        return _BuiltMesh(mesh, indices)
+
+    @classmethod
+    def update(cls, recipe: Recipe, built: _BuiltMesh, arrays: dict[str, wp.array]) -> bool:
+        if arrays["points"].shape != built.mesh.points.shape or arrays["indices"].shape != built.indices.shape:
+            return False
+        if built.indices.device.is_cpu:
+            # a changed topology gets a new tree (cheap to see on the host)
+            if not np.array_equal(arrays["indices"].numpy(), built.indices.numpy()):
+                return False
+        else:
+            # Comparing on the device would synchronise with the host; a refit after copying the new triangles
+            # is exact all the same (it recomputes every bound from the current triangles), only the tree may fit
+            # a changed topology less tightly.
+            wp.copy(built.indices, arrays["indices"])
+        # Warp's setter points the mesh at this call's buffer (with its gradient, in the taped replay) and refits.
+        built.mesh.points = arrays["points"]
+        if "velocities" in arrays:
+            built.mesh.velocities = arrays["velocities"]
+        return True
+
+
+class _BuiltBvh:
+    """A ``wp.Bvh`` with the private bounds it reads when refitted."""
+
+    def __init__(self, bvh: wp.Bvh, lowers: wp.array, uppers: wp.array) -> None:
+        self.bvh = bvh
+        self.lowers = lowers
+        self.uppers = uppers
+        self.id = bvh.id
+
+
+class Bvh(AbstractStructure):
+    """A bounding volume hierarchy over boxes (``wp.Bvh``) as a pytree: box and ray queries.
+
+    Warp's BVH queries return item indices, which do not change under small moves of the boxes: the gradient with
+    respect to ``lowers`` and ``uppers`` through a query is zero (exactly, almost everywhere).
+
+    Attributes:
+        lowers: lower corners of the boxes, shape ``(num_items, 3)`` (rounded to float32).
+        uppers: upper corners, shape ``(num_items, 3)``.
+        constructor: Warp's construction algorithm (``"sah"``, ``"median"``, ``"lbvh"``; None: Warp's default).
+        leaf_size: items per leaf.
+
+    Example:
+        ```python
+        bvh = jarp.warp.Bvh(lowers=centres - r, uppers=centres + r)
+        (hits,) = jarp.warp.jax_kernel(count_overlaps)(bvh, query_lowers, query_uppers)
+        ```
+    """
+
+    warp_type: ClassVar[type] = wp.Bvh
+    _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("lowers", wp.array(dtype=wp.vec3)),
+        ("uppers", wp.array(dtype=wp.vec3)),
+    )
+    _differentiable: ClassVar[tuple[str, ...]] = ()
+
+    lowers: Float[Array, "num_items 3"]
+    uppers: Float[Array, "num_items 3"]
+    constructor: str | None = _static(None)
+    leaf_size: int = _static(1)
+
+    def _cast(self, name: str, value: Any) -> jax.Array:
+        return _float32_rows(value, name, "Bvh")
+
+    @classmethod
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltBvh:
+        lowers, uppers = wp.clone(arrays["lowers"]), wp.clone(arrays["uppers"])
+        bvh = wp.Bvh(lowers, uppers, constructor=recipe.option("constructor"), leaf_size=recipe.option("leaf_size"))
+        return _BuiltBvh(bvh, lowers, uppers)
+
+    @classmethod
+    def update(cls, recipe: Recipe, built: _BuiltBvh, arrays: dict[str, wp.array]) -> bool:
+        if arrays["lowers"].shape != built.lowers.shape:
+            return False
+        wp.copy(built.lowers, arrays["lowers"])
+        wp.copy(built.uppers, arrays["uppers"])
+        built.bvh.refit()
+        return True
+
+
+# One annotation object per dtype: the launcher compares by value, and Warp's array annotations by identity.
+_GRID_ARRAYS = {
+    np.dtype(np.float16): wp.array(dtype=wp.vec3h),
+    np.dtype(np.float32): wp.array(dtype=wp.vec3f),
+    np.dtype(np.float64): wp.array(dtype=wp.vec3d),
+}
+
+
+class HashGrid(AbstractStructure):
+    """A hash grid over points (``wp.HashGrid``) as a pytree: neighbour queries (``wp.hash_grid_query``).
+
+    The grid is rebuilt from the points at every call (Warp's grid has no refit; a build sorts the points). A
+    query yields point indices, which do not change under small moves of the points: the gradient with respect to
+    the grid's ``points`` through a query is zero (exactly, almost everywhere); pass the same points to the kernel
+    as an array to differentiate what it computes from them.
+
+    Attributes:
+        points: the points, shape ``(num_points, 3)``, float16, float32 or float64 (others are cast to float32).
+        radius: the cell width (static); best matched to the query radius.
+        dims: cells per axis (static), as ``wp.HashGrid(dim_x, dim_y, dim_z)``.
+
+    Example:
+        ```python
+        grid = jarp.warp.HashGrid(points=x, radius=0.1)
+        (counts,) = jarp.warp.jax_kernel(count_neighbours)(grid, x, 0.1)
+        ```
+    """
+
+    warp_type: ClassVar[type] = wp.HashGrid
+    _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (("points", None),)
+    _differentiable: ClassVar[tuple[str, ...]] = ()
+
+    points: Float[Array, "num_points 3"]
+    radius: float = eqx.field(static=True, converter=float)
+    dims: tuple[int, int, int] = eqx.field(static=True, default=(128, 128, 128), converter=lambda d: tuple(map(int, d)))
+
+    def __check_init__(self) -> None:
+        if self.radius <= 0:
+            raise ValueError(f"jarp.warp.HashGrid: radius must be positive, got {self.radius}.")
+        if len(self.dims) != 3 or min(self.dims) < 1:
+            raise ValueError(f"jarp.warp.HashGrid: dims must be three positive ints, got {self.dims}.")
+
+    def operands(self) -> tuple[tuple[str, Any, Any], ...]:
+        points = jnp.asarray(self.points)
+        if np.dtype(points.dtype) not in _GRID_ARRAYS:
+            points = points.astype(jnp.float32)
+        points = _float32_rows(points, "points", "HashGrid").astype(points.dtype)
+        return (("points", points, _GRID_ARRAYS[np.dtype(points.dtype)]),)
+
+    def _cast(self, name: str, value: Any) -> jax.Array:
+        raise AssertionError("HashGrid.operands casts its points itself")
+
+    @classmethod
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.HashGrid:
+        points = arrays["points"]
+        grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=points.dtype._wp_scalar_type_)
+        grid.build(points, recipe.option("radius"))
+        return grid
+
+    @classmethod
+    def update(cls, recipe: Recipe, built: wp.HashGrid, arrays: dict[str, wp.array]) -> bool:
+        points = arrays["points"]
+        if points.dtype._wp_scalar_type_ is not built.dtype:
+            return False
+        built.build(points, recipe.option("radius"))
+        return True
+
+
+class Volume(AbstractStructure):
+    """A sparse volume (``wp.Volume``, NanoVDB) built from a dense grid of values, as a pytree.
+
+    The volume is built from ``values`` at every call, on the host (Warp builds volumes from NumPy): on a GPU
+    the values are copied to the host first, which waits for the stream. Warp's volume samplers give no gradient
+    with respect to the voxel values, so differentiating through ``values`` raises.
+
+    Attributes:
+        values: voxel values, shape ``(nx, ny, nz)`` (rounded to float32).
+        voxel_size: the edge of a voxel in world units (static).
+        origin: the world position of voxel ``(0, 0, 0)`` (static).
+        background: the value outside the grid (static).
+
+    Example:
+        ```python
+        sdf = jarp.warp.Volume(values=grid, voxel_size=0.05)
+        (phi,) = jarp.warp.jax_kernel(sample)(sdf, points)
+        ```
+    """
+
+    warp_type: ClassVar[type] = wp.Volume
+    _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (("values", wp.array3d(dtype=wp.float32)),)
+    _differentiable: ClassVar[tuple[str, ...]] = ("values",)
+
+    values: Float[Array, "nx ny nz"]
+    voxel_size: float = eqx.field(static=True, default=1.0, converter=float)
+    origin: tuple[float, float, float] = eqx.field(
+        static=True, default=(0.0, 0.0, 0.0), converter=lambda o: tuple(map(float, o))
+    )
+    background: float = eqx.field(static=True, default=0.0, converter=float)
+
+    def _cast(self, name: str, value: Any) -> jax.Array:
+        value = jnp.asarray(value)
+        if value.ndim != 3:
+            raise ValueError(f"jarp.warp.Volume: values must have shape (nx, ny, nz), got {value.shape}.")
+        return value.astype(jnp.float32)
+
+    @classmethod
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.Volume:
+        return wp.Volume.load_from_numpy(
+            arrays["values"].numpy(),
+            min_world=recipe.option("origin"),
+            voxel_size=recipe.option("voxel_size"),
+            bg_value=recipe.option("background"),
+            device=device,
+        )
+
+    @classmethod
+    def update(cls, recipe: Recipe, built: wp.Volume, arrays: dict[str, wp.array]) -> bool:
+        return False  # values are baked into the tree: a new volume each call

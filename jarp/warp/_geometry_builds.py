@@ -1,0 +1,54 @@
+"""Warp structures inside the call: built or refitted from the call's buffers, alive as long as a program may use them.
+
+`obtain` runs inside a jarp call (the Python path of its executor, `_ffi._executors.current_call`), on the call's
+device and stream. The structures live in the executor's store, one per (parameter, batch slice, stream): a plan
+keeps its structures exactly as long as a compiled program can launch it, each batch element of a ``vmap`` has its
+own, and the taped replay of reverse mode (an executor of its own) builds its own from the same buffers, so no
+launch, forward or backward, ever reads a structure that is gone. No user code sees a raw id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+from ._ffi import _executors
+from ._geometry import Recipe
+
+# How many structures each slot built and refitted (for tests and benchmarks: a refit skipped when the points
+# moved, or a build where a refit would do, shows here).
+counts = {"build": 0, "update": 0}
+
+
+def obtain(recipe: Recipe, slot: int, arrays: dict[str, wp.array]) -> Any:
+    """The Warp structure of ``recipe`` for this call's ``arrays``: refitted where it can be, built where not.
+
+    Args:
+        recipe: what to build (`AbstractStructure.recipe`).
+        slot: which structure of the call (the parameter's position).
+        arrays: the Warp arrays wrapping this call's buffers, by field name.
+
+    Returns:
+        An object with an ``id`` (the one to launch with) that stays alive in the call's store.
+    """
+    site = _executors.current_call()
+    if site is None:
+        raise RuntimeError(
+            f"jarp.warp.{recipe.kind.__name__} builds its Warp structure inside a jarp call only; pass the pytree to "
+            "a jarp.warp.jax_kernel or jax_callable module."
+        )
+    device = next(iter(arrays.values())).device
+    key = ("jarp.warp.geometry", slot, site.slice, site.stream)
+    entry = site.store.get(key)
+    if entry is not None and entry[0] == recipe and recipe.kind.update(recipe, entry[1], arrays):
+        counts["update"] += 1
+        return entry[1]
+    if entry is not None and not device.is_cpu:
+        # The old structure may still be read by launches queued on the stream: let them finish first (a rebuild
+        # follows a change of shape or options, which is rare; a refit never gets here).
+        wp.synchronize_stream(wp.get_stream(device))
+    built = recipe.kind.build(recipe, arrays, device)
+    site.store[key] = (recipe, built)
+    counts["build"] += 1
+    return built

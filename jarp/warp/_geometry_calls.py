@@ -1,0 +1,224 @@
+"""A module call with Warp structures: the structures' arrays become operands, the structures are built inside.
+
+A jarp structure (`Mesh`, `Bvh`, `HashGrid`, `Volume`) given to a `JaxKernel` (where the kernel takes the id) or
+to a `JaxCallable` (where the function takes the Warp object) is replaced by its arrays, and the call goes to a
+`JaxCallable` whose function (a launcher, compared by value) builds or refits each structure from those arrays
+inside the call (`_geometry_builds.obtain`) and then launches the kernel with the ids, or calls the function with the
+objects. That callable runs on jarp's Python path, one call per ``vmap`` slice (each slice its own structure),
+and is differentiated like any callable: the reverse pass replays the launcher under a ``wp.Tape`` with each
+array's gradient buffer attached, so a kernel reading ``wp.mesh_get(id).points`` accumulates the points'
+gradient. Where the kernel reads the structure through a builtin whose adjoint drops that gradient
+(`_plan._geometry_adjoints`), differentiating with respect to the arrays raises instead of returning a zero.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import warp as wp
+
+from ._geometry import AbstractStructure, Recipe
+from ._geometry_builds import obtain
+from ._plan import _geometry_adjoints
+
+
+def is_structure(value: Any) -> bool:
+    """Whether ``value`` is a jarp structure (`jarp.warp.Mesh`...)."""
+    return isinstance(value, AbstractStructure)
+
+
+def has_structures(args: tuple[Any, ...]) -> bool:
+    """Whether any argument is a jarp structure."""
+    return any(isinstance(a, AbstractStructure) for a in args)
+
+
+class _Launcher(eqx.Module):
+    """The function of the inner callable: builds the structures from their arrays, then runs the target.
+
+    ``groups`` has one entry per parameter of the target: None for a parameter passed through, else the slot and
+    recipe of a structure whose arrays take its place. ``params`` are the callable's (expanded) parameters.
+    """
+
+    target: Any = eqx.field(static=True)
+    groups: tuple[tuple[int, Recipe] | None, ...] = eqx.field(static=True)
+    params: tuple[tuple[str, Any], ...] = eqx.field(static=True)
+    launch: tuple[tuple[int, ...], int, int | None] | None = eqx.field(static=True, default=None)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(n, kind, annotation=t) for n, t in self.params])
+
+    @property
+    def jarp_label(self) -> str:
+        """How messages and plan listings name the call (`_callable.callable_name`)."""
+        target = getattr(self.target, "key", None) or getattr(self.target, "__qualname__", None) or repr(self.target)
+        return f"{target} (Warp structures built in the call)"
+
+    def __call__(self, *args: Any) -> None:
+        values: list[Any] = []
+        rest = iter(args)
+        for group in self.groups:
+            if group is None:
+                values.append(next(rest))
+                continue
+            slot, recipe = group
+            built = obtain(recipe, slot, {name: next(rest) for name in recipe.arrays})
+            values.append(built.id if self.launch is not None else _warp_object(built))
+        values.extend(rest)
+        if self.launch is None:
+            self.target(*values)
+            return
+        dims, num_inputs, block_dim = self.launch
+        wp.launch(self.target, dim=dims, inputs=values[:num_inputs], outputs=values[num_inputs:], block_dim=block_dim)
+
+
+def _warp_object(built: Any) -> Any:
+    """The Warp object behind what `obtain` keeps (a mesh with its private indices...)."""
+    for name in ("mesh", "bvh"):
+        if hasattr(built, name):
+            return getattr(built, name)
+    return built
+
+
+def expand(
+    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], what: str, *, kernel: bool
+) -> tuple[tuple[tuple[int, Recipe] | None, ...], tuple[tuple[str, Any], ...], tuple[Any, ...]]:
+    """Replace each structure argument (and its parameter) by the structure's arrays.
+
+    Returns:
+        ``(groups, params, args)`` for a `_Launcher` and its call.
+    """
+    groups: list[tuple[int, Recipe] | None] = []
+    new_params: list[tuple[str, Any]] = []
+    new_args: list[Any] = []
+    for i, (name, warp_type) in enumerate(params):
+        value = args[i] if i < len(args) else None
+        if not isinstance(value, AbstractStructure):
+            groups.append(None)
+            new_params.append((name, warp_type))
+            if i < len(args):
+                new_args.append(value)
+            continue
+        check_place(name, warp_type, value, what, kernel=kernel)
+        recipe = value.recipe()
+        groups.append((i, recipe))
+        for field, array, field_type in value.operands():
+            new_params.append((f"{name}__{field}", field_type))
+            new_args.append(array)
+    return tuple(groups), tuple(new_params), tuple(new_args)
+
+
+def check_place(name: str, warp_type: Any, value: Any, what: str, *, kernel: bool) -> None:
+    """Refuse a structure given for a parameter that does not take one (a kernel takes its id as ``wp.uint64``)."""
+    if not isinstance(value, AbstractStructure):
+        return
+    cls = type(value).__name__
+    if kernel and warp_type is not wp.uint64:
+        raise TypeError(
+            f"{what}: argument {name!r} is a jarp.warp.{cls}, but the kernel takes a "
+            f"{getattr(warp_type, '__name__', warp_type)} there; a structure goes where the kernel takes its id: "
+            f"annotate the parameter wp.uint64 and query it with Warp's {cls.lower()} builtins."
+        )
+    if not kernel and warp_type is not value.warp_type:
+        raise TypeError(
+            f"{what}: argument {name!r} is a jarp.warp.{cls}, but the function's parameter is annotated "
+            f"{getattr(warp_type, '__name__', warp_type)}; annotate it wp.{cls} (the function then receives the "
+            "Warp object built inside the call)."
+        )
+
+
+def guard_gradients(
+    args: tuple[Any, ...], names: tuple[str, ...], drops: Mapping[str, tuple[str, ...]], what: str
+) -> tuple[Any, ...]:
+    """Structures whose gradient Warp's adjoint would drop get arrays that refuse to be differentiated.
+
+    Args:
+        args: the call's arguments.
+        names: the parameter name of each argument.
+        drops: ``{field: builtins}`` where the launch drops that field's gradient (`_geometry_adjoints.dropped`).
+        what: the module, for messages.
+    """
+    if not drops:
+        return args
+    out = list(args)
+    for i, a in enumerate(args):
+        if not isinstance(a, AbstractStructure):
+            continue
+        changes = {}
+        for field in type(a)._differentiable:
+            value = getattr(a, field)
+            if field in drops and value is not None and jnp.issubdtype(jnp.result_type(value), jnp.inexact):
+                changes[field] = _refuse_gradient(value, _message(what, names[i], field, drops[field], a))
+        if changes:
+            out[i] = eqx.tree_at(
+                lambda s, c=tuple(changes): tuple(getattr(s, f) for f in c), a, tuple(changes.values())
+            )
+    return tuple(out)
+
+
+def kernel_drops(kernel: wp.Kernel) -> Mapping[str, tuple[str, ...]]:
+    """Where Warp's adjoint of ``kernel`` drops a structure's gradient (`_geometry_adjoints.dropped`)."""
+    return _geometry_adjoints.dropped(kernel)
+
+
+# A function's kernels are seen only when they run (the taped replay checks meshes); a volume's values never have a
+# gradient in Warp (its samplers' adjoints reach the sample point only), whatever the function launches.
+CALLABLE_DROPS: Mapping[str, tuple[str, ...]] = {"values": ("Warp's volume samplers (wp.volume_sample...)",)}
+
+
+def _message(what: str, name: str, field: str, builtins: tuple[str, ...], structure: AbstractStructure) -> str:
+    cls = type(structure).__name__
+    if field == "values":
+        way_out = (
+            "pass the voxel values as a wp.array as well and interpolate them in the kernel where you need their "
+            "gradient, or stop it (jax.lax.stop_gradient) if the values are data"
+        )
+    else:
+        way_out = (
+            f"read the vertices as arrays instead, whose gradient jarp returns: take only the face index from a "
+            f"query (q.face) and compute what you need from m = wp.mesh_get({name}); m.points[m.indices[3 * f + k]] "
+            f"(barycentrics, positions, normals, ray distances), or stop the gradient of {name}.{field} "
+            "(jax.lax.stop_gradient) if the dependence is to be ignored"
+        )
+    return (
+        f"{what}: cannot differentiate with respect to {name}.{field} (a jarp.warp.{cls}): the kernel reads it "
+        f"through {', '.join(builtins)}, whose adjoint in Warp drops the gradient with respect to the "
+        f"{cls.lower()}'s {field} (it would be a silent zero); {way_out}."
+    )
+
+
+def _refuse_gradient(x: jax.Array, message: str) -> jax.Array:
+    @jax.custom_vjp
+    def identity(y: jax.Array) -> jax.Array:
+        return y
+
+    def fwd(y: jax.Array) -> tuple[jax.Array, None]:
+        return y, None
+
+    def bwd(_: None, g: jax.Array) -> tuple[jax.Array]:
+        raise ValueError(message)
+
+    identity.defvjp(fwd, bwd)
+    return identity(x)
+
+
+def launcher(
+    target: Any,
+    groups: tuple[tuple[int, Recipe] | None, ...],
+    params: tuple[tuple[str, Any], ...],
+    launch: tuple[tuple[int, ...], int, int | None] | None,
+) -> _Launcher:
+    """The function of the inner callable (compared by value: equal calls share one plan)."""
+    return _Launcher(target, groups, params, launch)
+
+
+def output_dims(results: Any, outputs: Any) -> Mapping[str, tuple[int, ...]] | None:
+    """The inner callable's ``output_dims``: the pure outputs' shapes by name (None without pure outputs)."""
+    dims = {spec.name: tuple(buf.shape) for spec, buf in zip(outputs, results[-len(outputs) :], strict=True)}
+    return dims or None
