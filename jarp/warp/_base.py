@@ -84,6 +84,12 @@ class AbstractWarpModule(eqx.Module):
                 f"{list(self._call_options)}."
             )
         if _geometry_calls.has_structures(args):
+            if self.jvp is not None or self.vjp is not None:
+                raise TypeError(
+                    f"{self._what}: a call given Warp structures (jarp.warp.Mesh...) differentiates through Warp's "
+                    "adjoint (enable_backward=True); jvp=/vjp= rules are not applied to it. Drop the rules, or pass "
+                    "the structure's arrays as array parameters of the rule's modules."
+                )
             return self._call_with_structures(tuple(args), options)
         out = _eager.try_eager(self, args, options)
         return out if out is not None else self._trace(tuple(args), options)

@@ -183,7 +183,7 @@ class JaxCallable(AbstractWarpModule):
         return _signature(target, self.num_outputs, self.in_out_argnames)
 
     def _describe(self, target: Callable[..., Any]) -> str:
-        return f"{_WHAT} {callable_name(target)}"
+        return _label(target) or f"{_WHAT} {callable_name(target)}"
 
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
         target = self._resolve(args)
@@ -227,7 +227,7 @@ class JaxCallable(AbstractWarpModule):
             (),
             has_side_effect=self.has_side_effect,
             graph_compatible=self.graph_mode == wp.JaxCallableGraphMode.JAX,
-            name=f"jax_callable({callable_name(target)})",
+            name=_label(target) or f"jax_callable({callable_name(target)})",
         )
         return protect_inputs(plan) if self.protect_inputs else plan
 
@@ -241,11 +241,14 @@ def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
     return JaxCallable(func, graph_mode=wp.JaxCallableGraphMode.NONE, vmap_method="sequential", **options)
 
 
+def _label(target: Any) -> str | None:
+    """The name of the module the user called, for the launcher of a call given Warp structures (`_geometry_calls`)."""
+    label = getattr(target, "jarp_label", None)
+    return label if isinstance(label, str) else None
+
+
 def callable_name(func: Callable[..., Any]) -> str:
     """A readable name of a function or callable object, for messages and inspection."""
-    label = getattr(func, "jarp_label", None)  # the launcher of a call given Warp structures (`_geometry_calls`)
-    if isinstance(label, str):
-        return label
     name = getattr(func, "__qualname__", None)
     if name is None and isinstance(func, functools.partial):
         return f"partial({callable_name(func.func)})"

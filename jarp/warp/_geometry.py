@@ -48,8 +48,10 @@ class AbstractStructure(eqx.Module):
     # The Warp class built (wp.Mesh...), and the (field, Warp annotation) of each array it can be built from.
     warp_type: ClassVar[type]
     _array_fields: ClassVar[tuple[tuple[str, Any], ...]]
-    # The fields whose gradients Warp's query builtins may drop (`_adjoints`).
+    # The fields whose gradients Warp's query builtins may drop (`_plan._geometry_adjoints`).
     _differentiable: ClassVar[tuple[str, ...]]
+    # Whether a built structure can be brought up to date (`update`); one that cannot is kept alone per slot.
+    reusable: ClassVar[bool] = True
 
     def operands(self) -> tuple[tuple[str, Any, Any], ...]:
         """``(field, JAX array, Warp annotation)`` of each array passed to the call, cast to what Warp builds from."""
@@ -86,6 +88,8 @@ def _float32_rows(value: Any, name: str, what: str) -> jax.Array:
     value = jnp.asarray(value)
     if value.ndim != 2 or value.shape[-1] != 3:
         raise ValueError(f"jarp.warp.{what}: {name} must have shape (n, 3), got {value.shape}.")
+    if value.shape[0] == 0:
+        raise ValueError(f"jarp.warp.{what}: {name} is empty; Warp builds no structure over nothing.")
     return value.astype(jnp.float32)
 
 
@@ -158,6 +162,10 @@ class Mesh(AbstractStructure):
         shape = getattr(self.indices, "shape", None)
         if shape is not None and not (len(shape) == 2 and shape[-1] == 3) and not (len(shape) == 1):
             raise ValueError(f"jarp.warp.Mesh: indices must have shape (num_faces, 3), got {tuple(shape)}.")
+        for name in ("points", "indices"):
+            if getattr(getattr(self, name), "size", 1) == 0:
+                # Warp's queries crash on an empty mesh
+                raise ValueError(f"jarp.warp.Mesh: {name} is empty; a mesh needs at least one triangle.")
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         if name == "indices":
@@ -351,6 +359,7 @@ class Volume(AbstractStructure):
     warp_type: ClassVar[type] = wp.Volume
     _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (("values", wp.array3d(dtype=wp.float32)),)
     _differentiable: ClassVar[tuple[str, ...]] = ("values",)
+    reusable: ClassVar[bool] = False
 
     values: Float[Array, "nx ny nz"]
     voxel_size: float = eqx.field(static=True, default=1.0, converter=float)
@@ -361,8 +370,8 @@ class Volume(AbstractStructure):
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         value = jnp.asarray(value)
-        if value.ndim != 3:
-            raise ValueError(f"jarp.warp.Volume: values must have shape (nx, ny, nz), got {value.shape}.")
+        if value.ndim != 3 or value.size == 0:
+            raise ValueError(f"jarp.warp.Volume: values must have a non-empty shape (nx, ny, nz), got {value.shape}.")
         return value.astype(jnp.float32)
 
     @classmethod

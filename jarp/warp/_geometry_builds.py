@@ -21,6 +21,11 @@ from ._geometry import Recipe
 counts = {"build": 0, "update": 0}
 
 
+# Structures kept per (parameter, batch slice, stream): a program calling the same module twice with meshes of two
+# shapes or topologies (one plan, so one store) refits each of them rather than rebuilding both on every call.
+CAPACITY = 4
+
+
 def obtain(recipe: Recipe, slot: int, arrays: dict[str, wp.array]) -> Any:
     """The Warp structure of ``recipe`` for this call's ``arrays``: refitted where it can be, built where not.
 
@@ -39,16 +44,19 @@ def obtain(recipe: Recipe, slot: int, arrays: dict[str, wp.array]) -> Any:
             "a jarp.warp.jax_kernel or jax_callable module."
         )
     device = next(iter(arrays.values())).device
-    key = ("jarp.warp.geometry", slot, site.slice, site.stream)
-    entry = site.store.get(key)
-    if entry is not None and entry[0] == recipe and recipe.kind.update(recipe, entry[1], arrays):
-        counts["update"] += 1
-        return entry[1]
-    if entry is not None and not device.is_cpu:
-        # The old structure may still be read by launches queued on the stream: let them finish first (a rebuild
-        # follows a change of shape or options, which is rare; a refit never gets here).
-        wp.synchronize_stream(wp.get_stream(device))
+    kept: list[tuple[Recipe, Any]] = site.store.setdefault(("jarp.warp.geometry", slot, site.slice, site.stream), [])
+    for k, (made, built) in enumerate(kept):
+        if made == recipe and recipe.kind.update(recipe, built, arrays):
+            counts["update"] += 1
+            kept.append(kept.pop(k))  # most recently used last
+            return built
+    if len(kept) >= (CAPACITY if recipe.kind.reusable else 1):
+        if not device.is_cpu:
+            # The oldest structure may still be read by launches queued on the stream: let them finish first (a
+            # build follows a change of shape, topology or options, which is rare; a refit never gets here).
+            wp.synchronize_stream(wp.get_stream(device))
+        kept.pop(0)
     built = recipe.kind.build(recipe, arrays, device)
-    site.store[key] = (recipe, built)
+    kept.append((recipe, built))
     counts["build"] += 1
     return built

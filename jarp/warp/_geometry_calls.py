@@ -56,9 +56,17 @@ class _Launcher(eqx.Module):
 
     @property
     def jarp_label(self) -> str:
-        """How messages and plan listings name the call (`_callable.callable_name`)."""
-        target = getattr(self.target, "key", None) or getattr(self.target, "__qualname__", None) or repr(self.target)
-        return f"{target} (Warp structures built in the call)"
+        """How messages and plan listings name the call: the module the user called (`_callable.callable_name`)."""
+        if self.launch is not None:
+            return f"jax_kernel({self.target.key}) with Warp structures"
+        name = getattr(self.target, "__qualname__", None) or type(self.target).__qualname__
+        return f"jax_callable({name}) with Warp structures"
+
+    @property
+    def gradients_checked(self) -> bool:
+        """Whether the launch's dropped gradients were refused while tracing (a kernel's, `guard_gradients`), so the
+        replay need not look (`_ffi._executors`); a function's kernels are seen only when they run."""
+        return self.launch is not None
 
     def __call__(self, *args: Any) -> None:
         values: list[Any] = []
@@ -134,14 +142,15 @@ def check_place(name: str, warp_type: Any, value: Any, what: str, *, kernel: boo
 
 
 def guard_gradients(
-    args: tuple[Any, ...], names: tuple[str, ...], drops: Mapping[str, tuple[str, ...]], what: str
+    args: tuple[Any, ...], names: tuple[str, ...], drops: tuple[_geometry_adjoints.Drop, ...], what: str
 ) -> tuple[Any, ...]:
     """Structures whose gradient Warp's adjoint would drop get arrays that refuse to be differentiated.
 
     Args:
         args: the call's arguments.
         names: the parameter name of each argument.
-        drops: ``{field: builtins}`` where the launch drops that field's gradient (`_geometry_adjoints.dropped`).
+        drops: where the launch drops a structure field's gradient (`_geometry_adjoints.dropped`), each naming
+            the parameter it reads, or None where it may read any.
         what: the module, for messages.
     """
     if not drops:
@@ -153,8 +162,11 @@ def guard_gradients(
         changes = {}
         for field in type(a)._differentiable:
             value = getattr(a, field)
-            if field in drops and value is not None and jnp.issubdtype(jnp.result_type(value), jnp.inexact):
-                changes[field] = _refuse_gradient(value, _message(what, names[i], field, drops[field], a))
+            builtins = tuple(
+                dict.fromkeys(d.builtin for d in drops if d.field == field and d.param in (None, names[i]))
+            )
+            if builtins and value is not None and jnp.issubdtype(jnp.result_type(value), jnp.inexact):
+                changes[field] = _refuse_gradient(value, _message(what, names[i], field, builtins, a))
         if changes:
             out[i] = eqx.tree_at(
                 lambda s, c=tuple(changes): tuple(getattr(s, f) for f in c), a, tuple(changes.values())
@@ -162,14 +174,14 @@ def guard_gradients(
     return tuple(out)
 
 
-def kernel_drops(kernel: wp.Kernel) -> Mapping[str, tuple[str, ...]]:
+def kernel_drops(kernel: wp.Kernel) -> tuple[_geometry_adjoints.Drop, ...]:
     """Where Warp's adjoint of ``kernel`` drops a structure's gradient (`_geometry_adjoints.dropped`)."""
     return _geometry_adjoints.dropped(kernel)
 
 
 # A function's kernels are seen only when they run (the taped replay checks meshes); a volume's values never have a
 # gradient in Warp (its samplers' adjoints reach the sample point only), whatever the function launches.
-CALLABLE_DROPS: Mapping[str, tuple[str, ...]] = {"values": ("Warp's volume samplers (wp.volume_sample...)",)}
+CALLABLE_DROPS = (_geometry_adjoints.Drop("values", "Warp's volume samplers (wp.volume_sample...)", None),)
 
 
 def _message(what: str, name: str, field: str, builtins: tuple[str, ...], structure: AbstractStructure) -> str:
@@ -220,5 +232,6 @@ def launcher(
 
 def output_dims(results: Any, outputs: Any) -> Mapping[str, tuple[int, ...]] | None:
     """The inner callable's ``output_dims``: the pure outputs' shapes by name (None without pure outputs)."""
-    dims = {spec.name: tuple(buf.shape) for spec, buf in zip(outputs, results[-len(outputs) :], strict=True)}
-    return dims or None
+    if not outputs:
+        return None  # in-out outputs only: shaped like their inputs
+    return {spec.name: tuple(buf.shape) for spec, buf in zip(outputs, results[-len(outputs) :], strict=True)}

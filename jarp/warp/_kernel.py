@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Unpack, overload
 
 import equinox as eqx
+import numpy as np
 import warp as wp
 
 from . import _geometry_calls
@@ -235,7 +236,8 @@ class JaxKernel(AbstractWarpModule):
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
         # The kernel's own binding (structures as static ids) gives the overload, launch dims and outputs; the
         # launch itself goes to a callable that builds the structures inside the call (`_geometry_calls`).
-        placeholders = tuple(0 if _geometry_calls.is_structure(a) else a for a in args)
+        # a structure stands in as a static id, so a generic kernel's arg_types_factory sees wp.uint64 for it
+        placeholders = tuple(np.uint64(0) if _geometry_calls.is_structure(a) else a for a in args)
         target = self._resolve(placeholders)
         what = self._describe(target)
         sig = self._signature(target)

@@ -180,8 +180,8 @@ def test_a_builtin_dropping_the_vertex_gradient_refuses_to_differentiate() -> No
     p = jnp.asarray(POINTS)
     with pytest.raises(ValueError, match=r"mesh\.points.*wp\.mesh_query_point_no_sign \(\.u\)"):
         jax.jit(jax.grad(lambda p: module(Mesh(points=p, indices=FACES), x)[0].sum()))(p)
-    # differentiated eagerly, the call's reverse pass runs before the refusal is reached: it refuses at run time
-    with pytest.raises(Exception, match=r"kernel 'closest_distance__jarp_vertices' reads the points .*\(\.u\)"):
+    # differentiated eagerly too (the call's reverse pass runs first, the refusal follows)
+    with pytest.raises(ValueError, match=r"mesh\.points.*wp\.mesh_query_point_no_sign \(\.u\)"):
         jax.grad(lambda p: module(Mesh(points=p, indices=FACES), x)[0].sum())(p)
     # the query points still differentiate, and stopping the points' gradient is the documented way out
     gx = jax.grad(lambda x: module(Mesh(points=p, indices=FACES), x)[0].sum())(x)
@@ -216,6 +216,41 @@ def test_builtins_at_given_barycentrics_differentiate_through_the_vertices() -> 
     inner = jax_kernel(kg.markers_in_a_function, enable_backward=True)
     with pytest.raises(ValueError, match=r"mesh\.points.*wp\.mesh_eval_position"):
         jax.jit(jax.grad(lambda p: inner(Mesh(points=p, indices=FACES), faces, bary)[0].sum()))(p)
+
+
+def test_results_through_reference_arguments_refuse_to_differentiate() -> None:
+    # Warp's older query overloads write the distance into the caller's variable: followed as the result struct is
+    f = depths(kg.ray_depth_out_params, enable_backward=True)
+    z = jnp.asarray(heights(25))
+    np.testing.assert_allclose(
+        f(z, ORIGINS), np_ray_depths(with_heights(POINTS, np.asarray(z)), FACES, ORIGINS), atol=1e-5
+    )
+    with pytest.raises(ValueError, match=r"mesh\.points.*wp\.mesh_query_ray"):
+        jax.jit(jax.grad(lambda z: f(z, ORIGINS).sum()))(z)
+
+
+def test_a_refusal_names_the_mesh_it_concerns() -> None:
+    module = jax_kernel(kg.two_meshes, enable_backward=True)
+    a = Mesh(points=POINTS, indices=FACES)
+    origins = ORIGINS[: len(FACES) // 2]
+    # b's vertices are read as arrays: its gradient is exact even though a's distance is Warp's
+    g = jax.jit(jax.grad(lambda p: module(a, Mesh(points=p, indices=FACES), origins)[0].sum()))(jnp.asarray(POINTS))
+    want = np.zeros_like(POINTS)
+    np.add.at(want[:, 2], FACES[: len(origins), 0], 1.0)
+    np.testing.assert_array_equal(g, want)
+    with pytest.raises(ValueError, match=r"respect to a\.points.*wp\.mesh_query_ray \(\.t\)"):
+        jax.jit(jax.grad(lambda p: module(Mesh(points=p, indices=FACES), a, origins)[0].sum()))(jnp.asarray(POINTS))
+
+
+def test_a_kernel_with_structures_and_in_out_outputs_only() -> None:
+    module = jax_kernel(kg.accumulate_depth, in_out_argnames=["acc"], enable_backward=True)
+    acc = jnp.ones(len(ORIGINS), jnp.float32)
+    f = jax.jit(lambda z: module(Mesh(points=with_heights(POINTS, z), indices=FACES), ORIGINS, acc)[0])
+    z = heights(26)
+    np.testing.assert_allclose(
+        f(jnp.asarray(z)), 1.0 + np_ray_depths(with_heights(POINTS, z), FACES, ORIGINS), atol=1e-5
+    )
+    check_grads(f, (jnp.asarray(z),), order=1, modes=["rev"], eps=1e-2, atol=2e-2, rtol=2e-2)
 
 
 def test_velocities_at_queried_barycentrics_differentiate_and_points_refuse() -> None:
@@ -268,13 +303,29 @@ def test_a_callable_whose_kernel_drops_the_vertex_gradient_refuses_to_differenti
     f = jax.jit(lambda z: module(Mesh(points=with_heights(POINTS, z), indices=FACES), ORIGINS)[0])
     z = jnp.asarray(heights(22))
     np.testing.assert_allclose(f(z), np_ray_depths(with_heights(POINTS, np.asarray(z)), FACES, ORIGINS), atol=1e-5)
-    with pytest.raises(Exception, match=r"kernel 'ray_depth_builtin' reads the points .*wp\.mesh_query_ray \(\.t\)"):
+    with pytest.raises(
+        Exception, match=r"kernel 'ray_depth_builtin' reads a mesh's points through .*wp\.mesh_query_ray \(\.t\)"
+    ):
         jax.block_until_ready(jax.grad(lambda z: f(z).sum())(z))
     # a mesh the function builds itself from a differentiated input: the same rule
     own = jax_callable(kg.mesh_distance, enable_backward=True)
     x = jnp.full((3, 3), 0.4, jnp.float32)
-    with pytest.raises(Exception, match=r"kernel 'mesh_distance_kernel' reads the points .*wp\.mesh_eval_position"):
+    with pytest.raises(
+        Exception, match=r"kernel 'mesh_distance_kernel' reads a mesh's points through .*wp\.mesh_eval_position"
+    ):
         jax.block_until_ready(jax.grad(lambda p: own(p, FACES.reshape(-1), x)[0].sum())(jnp.asarray(POINTS)))
+
+
+def test_a_callable_passing_the_id_in_a_struct_is_checked_too() -> None:
+    module = jax_callable(kg.depth_through_struct, enable_backward=True)
+    f = jax.jit(lambda z: module(Mesh(points=with_heights(POINTS, z), indices=FACES), ORIGINS)[0])
+    z = jnp.asarray(heights(27))
+    np.testing.assert_allclose(f(z), np_ray_depths(with_heights(POINTS, np.asarray(z)), FACES, ORIGINS), atol=1e-5)
+    with pytest.raises(Exception, match=r"kernel 'scene_depth' reads a mesh's points through .*\(\.t\)"):
+        jax.block_until_ready(jax.grad(lambda z: f(z).sum())(z))
+    # the gradient with respect to the rays alone is not refused (the mesh is not differentiated)
+    g = jax.grad(lambda o: module(Mesh(points=POINTS, indices=FACES), o)[0].sum())(jnp.asarray(ORIGINS))
+    np.testing.assert_allclose(np.asarray(g)[:, 2], 1.0, atol=1e-5)
 
 
 def test_a_callable_refuses_to_differentiate_a_volumes_values() -> None:
@@ -289,6 +340,12 @@ def test_a_callable_parameter_for_a_structure_names_the_pytree() -> None:
     module = jax_callable(kg.depth_function)
     with pytest.raises(TypeError, match=r"argument 'mesh' takes a wp\.Mesh.*jarp\.warp\.Mesh\(\.\.\.\)"):
         module(np.zeros(3, np.float32), ORIGINS)
+
+
+def test_derivative_rules_are_not_silently_skipped_for_a_call_with_structures() -> None:
+    module = jax_kernel(kg.ray_depth, vjp=jax_kernel(kg.ray_depth))
+    with pytest.raises(TypeError, match=r"jvp=/vjp= rules are not applied"):
+        module(Mesh(points=POINTS, indices=FACES), ORIGINS)
 
 
 def test_a_structure_where_the_kernel_takes_no_id_names_the_parameter() -> None:
@@ -416,6 +473,40 @@ def test_what_the_call_built_outlives_every_handle_the_user_had() -> None:
     np.testing.assert_allclose(f(jnp.asarray(z), ORIGINS), want, atol=1e-5)
     gc.collect()  # no user object holds the Warp mesh: the call's store does
     np.testing.assert_allclose(f(jnp.asarray(z), ORIGINS), want, atol=1e-5)
+
+
+def test_one_program_calling_a_module_on_two_topologies_refits_both() -> None:
+    module = jax_kernel(kg.ray_depth)
+    flipped = FACES[:, [1, 2, 0]][::-1].copy()
+    f = jax.jit(
+        lambda p: (
+            module(Mesh(points=p, indices=FACES), ORIGINS)[0],
+            module(Mesh(points=p, indices=flipped), ORIGINS)[0],
+        )
+    )
+    f(jnp.asarray(POINTS))
+    before = dict(builds.counts)
+    for s in range(3):
+        p = with_heights(POINTS, heights(40 + s))
+        t1, t2 = f(jnp.asarray(p))
+        np.testing.assert_allclose(t1, np_ray_depths(p, FACES, ORIGINS), atol=1e-5)
+        np.testing.assert_allclose(t2, np_ray_depths(p, flipped, ORIGINS), atol=1e-5)
+    assert builds.counts["build"] == before["build"]
+
+
+def test_empty_structures_are_refused_before_warp_sees_them() -> None:
+    with pytest.raises(ValueError, match=r"jarp\.warp\.Mesh: indices is empty"):
+        Mesh(points=POINTS, indices=np.zeros((0, 3), np.int32))
+    with pytest.raises(ValueError, match=r"jarp\.warp\.Bvh: lowers is empty"):
+        jax_kernel(kg.box_overlaps)(Bvh(lowers=np.zeros((0, 3)), uppers=np.zeros((0, 3))), POINTS, POINTS)
+
+
+def test_without_enable_backward_the_message_names_the_kernel_module() -> None:
+    module = jax_kernel(kg.ray_depth)
+    with pytest.raises(
+        Exception, match=r"jax_kernel\(ray_depth\) with Warp structures .*enable_backward=True to jax_kernel\(\)"
+    ):
+        jax.grad(lambda p: module(Mesh(points=p, indices=FACES), ORIGINS)[0].sum())(jnp.asarray(POINTS))
 
 
 def test_a_model_holding_a_mesh_serialises_its_leaves() -> None:

@@ -659,7 +659,8 @@ class _CallableExecutor(_Executor):
                 func(*args)
         finally:
             sys.setprofile(previous)
-        _refuse_dropped_gradients(tape, kept.objects, self.plan.name)
+        if not getattr(func, "gradients_checked", False):  # a kernel given structures: refused while tracing
+            _refuse_dropped_gradients(tape, kept.objects, self.plan.name)
         for a, value in zip(in_out, before, strict=True):
             wp.copy(a, value)
         tape.backward()
@@ -667,30 +668,31 @@ class _CallableExecutor(_Executor):
 
 
 def _refuse_dropped_gradients(tape: wp.Tape, structures: list[Any], plan_name: str) -> None:
-    """Raise where a taped kernel reads a mesh built from a differentiated array through a builtin dropping its gradient.
+    """Raise where the function built a mesh from a differentiated input and a taped kernel drops a mesh's gradient.
 
-    A mesh built from an array with a gradient buffer (a differentiated input of the function) would get a
-    silent zero from Warp's adjoint of such a builtin (`_geometry_adjoints`).
+    A mesh built from an array with a gradient buffer (an input JAX differentiates) would get a silent zero from
+    Warp's adjoint of such a builtin (`_geometry_adjoints`). Which mesh a kernel queries is not always visible (an
+    id in a struct or an array), so any such kernel counts.
     """
-    differentiated: dict[int, tuple[str, ...]] = {}
-    for s in structures:
-        fields = tuple(f for f in ("points", "velocities") if getattr(getattr(s, f, None), "grad", None) is not None)
-        if fields and isinstance(getattr(s, "id", None), int):
-            differentiated[s.id] = fields
+    differentiated = {
+        f
+        for s in structures
+        for f in ("points", "velocities")
+        if getattr(getattr(s, f, None), "grad", None) is not None
+    }
     if not differentiated:
         return
-    for kernel, args in _warp_internals.tape_launches(tape):
-        used = {f for a in args if isinstance(a, int) and a in differentiated for f in differentiated[a]}
-        if not used:
-            continue
-        drops = _geometry_adjoints.dropped(kernel)
-        for field in sorted(used & set(drops)):
+    for kernel, _ in _warp_internals.tape_launches(tape):
+        drops = [d for d in _geometry_adjoints.dropped(kernel) if d.field in differentiated]
+        if drops:
+            field = drops[0].field
+            builtins = ", ".join(dict.fromkeys(d.builtin for d in drops if d.field == field))
             raise ValueError(
-                f"{plan_name}: kernel {kernel.key!r} reads the "
-                f"{field} of a wp.Mesh built from a differentiated input through {', '.join(drops[field])}, whose "
-                f"adjoint in Warp drops the gradient with respect to the mesh's {field} (it would be a silent zero); "
-                "read the vertices as arrays instead (m = wp.mesh_get(id); m.points[m.indices[3 * face + k]]), or stop "
-                "the input's gradient (jax.lax.stop_gradient) if the dependence is to be ignored."
+                f"{plan_name}: the function built a wp.Mesh from a differentiated input, and kernel {kernel.key!r} "
+                f"reads a mesh's {field} through {builtins}, whose adjoint in Warp drops the gradient with respect "
+                "to them (it would be a silent zero); read the vertices as arrays instead (m = wp.mesh_get(id); "
+                "m.points[m.indices[3 * face + k]]), or stop the input's gradient (jax.lax.stop_gradient) if the "
+                "dependence is to be ignored."
             )
 
 

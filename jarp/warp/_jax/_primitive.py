@@ -148,7 +148,8 @@ def forward_mode_error(plan: Plan, reverse: bool = False) -> ForwardModeError:
 
     ``reverse``: whether the module has reverse mode (built with ``enable_backward=True``).
     """
-    factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"
+    # a kernel given Warp structures runs as a callable, under the kernel's name (`_geometry_calls`)
+    factory = "jax_kernel()" if plan.runs is Runs.KERNEL or plan.name.startswith("jax_kernel(") else "jax_callable()"
     if reverse:
         has = "it is differentiated in reverse mode only (jax.grad, jax.vjp, through Warp's adjoint)"
     else:

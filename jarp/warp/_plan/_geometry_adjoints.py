@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import warp as wp
 
+from .._upstream import _warp_internals
 from . import _writes
 
 # Builtins whose value depends smoothly on a structure's arrays but whose adjoint drops that dependence, by the
@@ -43,53 +45,76 @@ _VOLUME_TRANSFORMS = frozenset(
     {"volume_index_to_world", "volume_world_to_index", "volume_index_to_world_dir", "volume_world_to_index_dir"}
 )
 
-_CALL = re.compile(r"^\s*(var_\w+)\s*=\s*wp::(\w+)\(")
-_ANY_CALL = re.compile(r"wp::(\w+)\(")
+_CALL = re.compile(r"^\s*(var_\w+)\s*=\s*wp::(\w+)\((.*)\);\s*$")
+_ANY_CALL = re.compile(r"wp::(\w+)\(([^()]*)")
 
 
-def dropped(kernel: wp.Kernel) -> dict[str, tuple[str, ...]]:
-    """Where Warp's adjoint of ``kernel`` drops a structure array's gradient, by field.
+class Drop(NamedTuple):
+    """One read whose gradient Warp's adjoint drops.
 
-    Returns:
-        ``{field: (builtin, ...)}``, ``field`` being ``"points"``, ``"velocities"`` (meshes) or ``"values"``
-        (volumes), each builtin named as in Python, with the result field read for a query
-        (``"wp.mesh_query_ray (.t)"``). Empty where every read differentiates exactly.
+    Attributes:
+        field: the structure array whose gradient is dropped (``"points"``, ``"velocities"``, ``"values"``).
+        builtin: the builtin, as named in Python, with the result field read for a query (``"wp.mesh_query_ray
+            (.t)"``).
+        param: the kernel parameter the structure's id comes from, or None where it may be any (an id computed,
+            read from a struct or an array, or used inside a ``@wp.func``).
     """
-    found: dict[str, list[str]] = {}
-    for _, lines in _writes.forward_code(kernel):
-        _scan(lines, found)
-    return {field: tuple(dict.fromkeys(names)) for field, names in found.items()}
+
+    field: str
+    builtin: str
+    param: str | None
 
 
-def _scan(lines: Iterable[str], found: dict[str, list[str]]) -> None:
+def dropped(kernel: wp.Kernel) -> tuple[Drop, ...]:
+    """Where Warp's adjoint of ``kernel`` drops a structure array's gradient (empty where every read is exact)."""
+    found: list[Drop] = []
+    params = {f"var_{name}": name for name, _ in _warp_internals.kernel_params(kernel)}
+    for i, (_, lines, types) in enumerate(_writes.forward_code(kernel)):
+        _scan(lines, dict(types), params if i == 0 else {}, found)  # the kernel's own code first, then its functions'
+    return tuple(dict.fromkeys(found))
+
+
+def _args(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
+def _scan(lines: Iterable[str], types: dict[str, str], params: dict[str, str], found: list[Drop]) -> None:
     lines = list(lines)
-    queries: dict[str, str] = {}
+    queries: dict[str, tuple[str, str | None]] = {}
+
+    def source(args: list[str]) -> str | None:
+        return params.get(args[0]) if args else None
+
     for line in lines:
         call = _CALL.match(line)
-        names = [call.group(2)] if call else []
-        names += [n for n in _ANY_CALL.findall(line) if not call or n != call.group(2)]
-        for name in names:
+        calls = [(call.group(2), _args(call.group(3)))] if call else []
+        calls += [(n, _args(a)) for n, a in _ANY_CALL.findall(line) if not call or n != call.group(2)]
+        for name, args in calls:
             if name in _DIRECT:
-                found.setdefault(_DIRECT[name], []).append(f"wp.{name}")
+                found.append(Drop(_DIRECT[name], f"wp.{name}", source(args)))
             elif name.startswith("volume_") and name not in _VOLUME_TRANSFORMS:
-                found.setdefault("values", []).append(f"wp.{name}")
-        if call and call.group(2) in _QUERIES:
-            queries[call.group(1)] = call.group(2)
-        elif any(n in _QUERIES for n in names):
-            # a query whose result is not kept in a variable of its own (passed on directly): judged unsafe
-            found.setdefault("points", []).append(f"wp.{next(n for n in names if n in _QUERIES)}")
-    for var, name in queries.items():
-        use = re.compile(rf"\b{var}\b(?!\s*=\s*wp::)")
+                found.append(Drop("values", f"wp.{name}", source(args)))
+            elif name in _QUERIES:
+                # The form returning a result struct is followed through the fields read from it. Warp's older
+                # overloads return a bool and write the results into the caller's variables (face, u, v, t...),
+                # which jarp does not follow: refused, as is a result passed on without a variable of its own.
+                if call and call.group(2) == name and types.get(call.group(1), "").startswith("MeshQuery"):
+                    queries[call.group(1)] = (name, source(args))
+                else:
+                    found.append(Drop("points", f"wp.{name}", source(args)))
+    for var, (name, param) in queries.items():
+        use = re.compile(rf"\b{var}\b")
         field = re.compile(rf"\(\({var}\)\.(\w+)\)")
         for line in lines:
-            if _CALL.match(line) and _CALL.match(line).group(1) == var:
+            call = _CALL.match(line)
+            if call and call.group(1) == var:
                 continue
-            if not use.search(line):
+            uses = len(use.findall(line))
+            if not uses:
                 continue
             fields = field.findall(line)
             smooth = [f for f in fields if f not in _DISCRETE_FIELDS]
-            if smooth:
-                found.setdefault("points", []).extend(f"wp.{name} (.{f})" for f in smooth)
-            elif not fields or len(fields) < len(use.findall(line)):
+            found.extend(Drop("points", f"wp.{name} (.{f})", param) for f in smooth)
+            if len(fields) < uses:
                 # the whole result goes somewhere (copied, passed to a function): its smooth fields may be read there
-                found.setdefault("points", []).append(f"wp.{name}")
+                found.append(Drop("points", f"wp.{name}", param))

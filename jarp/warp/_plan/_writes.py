@@ -109,7 +109,7 @@ def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
     return _codegen_at(kernel, _version(kernel))
 
 
-def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
     """The C++ forward code Warp generates for ``kernel`` and each ``@wp.func`` it calls (`CodegenRecord`)."""
     return _codegen(kernel).forward_code
 

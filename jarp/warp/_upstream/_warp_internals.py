@@ -1324,9 +1324,10 @@ class CodegenRecord(NamedTuple):
     access: dict[str, ArrayAccess] | None  # `array_access`; None where Warp could not generate the code
     error: str | None  # Warp's error where it could not
     value_locals: frozenset[str]  # the kernel's locals whose Warp type is a value (scalar, vector, matrix...)
-    # The C++ forward code Warp generated, one (function key, lines) per adjoint: the kernel's, then each
-    # @wp.func it calls (each overload), for what no Python-level record says (which builtins run, on what)
-    forward_code: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The C++ forward code Warp generated, one (function key, lines, variable types) per adjoint: the kernel's, then
+    # each @wp.func it calls (each overload), for what no Python-level record says (which builtins run, on what);
+    # the types name each variable's Warp type (``("var_3", "MeshQueryPoint")``)
+    forward_code: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ()
 
 
 def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
@@ -1368,13 +1369,13 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             # A builder of this one kernel: Warp's ModuleBuilder builds the kernels its hasher lists
             only = _OneKernel(kernel)
             builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
-            code = [(kernel.key, _forward_lines(kernel.adj))]
+            code = [(kernel.key, *_forward_lines(kernel.adj))]
             seen = {id(kernel.adj)}
             for fn in builder.functions:
                 for adj in (getattr(fn, "adj", None), *(o.adj for o in getattr(fn, "user_overloads", {}).values())):
                     if adj is not None and id(adj) not in seen:
                         seen.add(id(adj))
-                        code.append((fn.key, _forward_lines(adj)))
+                        code.append((fn.key, *_forward_lines(adj)))
             # Warp leaves each built adjoint pointing at its builder, which lists the kernel: a long-lived
             # @wp.func would keep this kernel (and its plans) alive
             for fn in (kernel, *builder.functions):
@@ -1399,8 +1400,12 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             wp.config.log_level = level
 
 
-def _forward_lines(adj: Any) -> tuple[str, ...]:
-    return tuple(line for block in getattr(adj, "blocks", ()) for line in block.body_forward)
+def _forward_lines(adj: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    lines = tuple(line for block in getattr(adj, "blocks", ()) for line in block.body_forward)
+    types = tuple(
+        (f"var_{v.label}", getattr(v.type, "__name__", type(v.type).__name__)) for v in getattr(adj, "variables", ())
+    )
+    return lines, types
 
 
 def function_tree(fn: Any) -> ast.FunctionDef | None:
@@ -1460,6 +1465,7 @@ def check_array_access() -> None:
     assert codegen_record(probes["store"]).value_locals == frozenset({"i"}), "Warp's adj.symbols changed"
     code = codegen_record(probes["func"]).forward_code
     assert any("wp::array_store(" in line for line in code[-1][1]), "Warp's adj.blocks changed (forward_code)"
+    assert ("var_0", "int32") in code[0][2], "Warp's adj.variables changed (forward_code)"
     assert len(code) == 2, "Warp's ModuleBuilder.functions changed (codegen_record.forward_code)"
     a = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
     tape = wp.Tape()

@@ -186,3 +186,51 @@ def builtin_depth_function(mesh: wp.Mesh, origins: wp.array(dtype=wp.vec3), t: w
 
 def volume_function(volume: wp.Volume, x: wp.array(dtype=wp.vec3), phi: wp.array(dtype=float)):
     wp.launch(volume_sample, dim=x.shape[0], inputs=[volume.id, x], outputs=[phi], device=x.device)
+
+
+@wp.kernel
+def ray_depth_out_params(mesh: wp.uint64, origins: wp.array(dtype=wp.vec3), t: wp.array(dtype=float)):
+    """Warp's older overload: the results land in the caller's variables (the distance's adjoint is dropped too)."""
+    i = wp.tid()
+    # dynamic variables (Warp's out-arguments need them: a literal would be a constant)
+    dist = wp.float32(0.0)
+    u = wp.float32(0.0)
+    v = wp.float32(0.0)
+    sign = wp.float32(0.0)
+    n = wp.vec3()
+    face = wp.int32(0)
+    if wp.mesh_query_ray(mesh, origins[i], wp.vec3(0.0, 0.0, -1.0), 1.0e6, dist, u, v, sign, n, face):
+        t[i] = dist
+
+
+@wp.kernel
+def two_meshes(a: wp.uint64, b: wp.uint64, origins: wp.array(dtype=wp.vec3), t: wp.array(dtype=float)):
+    """The query's own distance on ``a`` (dropped), the vertices of ``b`` read as arrays (exact)."""
+    i = wp.tid()
+    q = wp.mesh_query_ray(a, origins[i], wp.vec3(0.0, 0.0, -1.0), 1.0e6)
+    m = wp.mesh_get(b)
+    t[i] = wp.where(q.result, q.t, 0.0) + m.points[m.indices[3 * i]][2]
+
+
+@wp.kernel
+def accumulate_depth(mesh: wp.uint64, origins: wp.array(dtype=wp.vec3), acc: wp.array(dtype=float)):
+    i = wp.tid()
+    down = wp.vec3(0.0, 0.0, -1.0)
+    q = wp.mesh_query_ray(mesh, origins[i], down, 1.0e6)
+    if q.result:
+        acc[i] += plane_distance(mesh, q.face, origins[i], down)
+
+
+def depth_through_struct(mesh: wp.Mesh, origins: wp.array(dtype=wp.vec3), t: wp.array(dtype=float)):
+    """A jax_callable passing the mesh's id inside a struct to a kernel whose distance comes from the query."""
+    scene = Scene()
+    scene.mesh = mesh.id
+    scene.scale = 1.0
+    wp.launch(scene_depth, dim=origins.shape[0], inputs=[scene, origins], outputs=[t], device=origins.device)
+
+
+@wp.kernel
+def scene_depth(scene: Scene, origins: wp.array(dtype=wp.vec3), t: wp.array(dtype=float)):
+    i = wp.tid()
+    q = wp.mesh_query_ray(scene.mesh, origins[i], wp.vec3(0.0, 0.0, -1.0), 1.0e6)
+    t[i] = wp.where(q.result, scene.scale * q.t, -1.0)
