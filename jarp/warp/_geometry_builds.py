@@ -1,7 +1,8 @@
 """Warp structures inside the call: built or refitted from the call's buffers, alive as long as a program may use them.
 
 `obtain` runs inside a jarp call (the Python path of its executor, `_ffi._executors.current_call`), on the call's
-device and stream. The structures live in the executor's store, one per (parameter, batch slice, stream): a plan
+device and stream. The structures live in the executor's store, per (parameter, batch slice, stream) and up to
+`CAPACITY` there, the least recently used dropped first: a plan
 keeps its structures exactly as long as a compiled program can launch it, each batch element of a ``vmap`` has its
 own, and the taped replay of reverse mode (an executor of its own) builds its own from the same buffers, so no
 launch, forward or backward, ever reads a structure that is gone. No user code sees a raw id.
