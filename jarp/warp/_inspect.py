@@ -96,6 +96,10 @@ class PlanInfo:
             the ``@wp.func`` functions it calls write no array), with no atomics, tiles or printing: its CPU launch
             may be split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
             fails (it is conservative: anything it does not recognise counts as a possible race).
+        privatised: the output (or in-out) arrays the kernel only accumulates into (``wp.atomic_add``/``sub``/``min``/
+            ``max``, ``+=``), which keep it from being race-free and nothing else: its CPU launch may be split into
+            index ranges, each accumulating into its own copy of them, the copies combined after
+            (`jarp.warp.set_cpu_private_bytes`). Empty for race-free kernels, adjoints and callables.
         concurrent_slices: the batch slices of a CPU call may run at once, on XLA's CPU thread pool: the kernel
             uses no tiles and prints nothing, also in the functions it calls (atomics are fine: each slice writes
             its own buffers). False for callables and whenever jarp cannot read the kernel.
@@ -120,6 +124,7 @@ class PlanInfo:
     devices: tuple[str, ...]
     block_dim: int | None = None
     race_free: bool = False
+    privatised: tuple[str, ...] = ()
     concurrent_slices: bool = False
     target: Any = dataclasses.field(repr=False, compare=False, default=None)
 
@@ -137,7 +142,7 @@ class PlanInfo:
             f"  zero-filled results {self.zero_results}, aliases (operand, result) {self.aliases}, "
             f"runtime scalar operands {self.scalar_operands}",
             f"  side effect {self.has_side_effect}, CUDA-graph compatible {self.graph_compatible}, "
-            f"race-free {self.race_free}, concurrent slices {self.concurrent_slices}",
+            f"race-free {self.race_free}, privatised {list(self.privatised)}, concurrent slices {self.concurrent_slices}",
             *(f"  {p}" for p in self.params),
         ]
         return "\n".join(lines)
@@ -203,9 +208,14 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         devices=devices,
         block_dim=plan.block_dim,
         race_free=plan.race_free,
+        privatised=tuple(p.spec.name for p in plan.params if (p.primal.source, p.primal.index) in _private(plan)),
         concurrent_slices=not plan.shares_cpu_state,
         target=target,
     )
+
+
+def _private(plan: Any) -> set[tuple[str, int]]:
+    return {("result", index) for index, _ in plan.private}
 
 
 def list_plans() -> list[PlanInfo]:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .._plan import _geometry_adjoints, _launch_checks
+from .._plan import _geometry_adjoints, _launch_checks, _races
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
 from . import _arg_blocks, _errors, _guard, _native, _struct_bytes, _threads
@@ -437,23 +437,50 @@ class _CpuKernelExecutor(_KernelExecutor):
 
     def _threading(self) -> dict[str, Any]:
         # Batch slices write disjoint memory (every result carries every batch dim); they may run at once unless
-        # the kernel keeps state in its module (tiles) or prints. Index ranges need the race proof too, and jarp's
-        # ranged entry point, a second build of the module (cached on disk like Warp's): made only for a launch
-        # large enough to be split, whatever the thread cap now (it may change while the plan lives).
-        concurrent = not self.plan.shares_cpu_state
-        range_entry = 0
-        if concurrent and self.plan.race_free and math.prod(self.plan.launch_dims) >= 2 * _threads.MIN_RANGE:
-            try:
-                range_entry = _warp_internals.ranged_cpu_entry(self.plan.target, self.entry)
-            except RuntimeError as e:  # an optimisation only: the launch stays whole, the call still runs
-                warnings.warn(
-                    f"{self.plan.name}: jarp could not build its ranged entry point for kernel "
-                    f"{self.plan.target.key!r} ({e}); its CPU launches run on one thread. Please report this "
-                    "with `python -m jarp`'s output.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-        return {"concurrent": concurrent, "range_entry": range_entry}
+        # the kernel keeps state in its module (tiles) or prints. Index ranges need the race proof too (or private
+        # copies of the arrays it accumulates into), and jarp's ranged entry point, a second build of the module
+        # (cached on disk like Warp's): made only for a launch large enough to be split, by its tasks or by its
+        # estimated work (the handler then times it), whatever the thread cap now (it may change while the plan lives).
+        plan = self.plan
+        concurrent = not plan.shares_cpu_state
+        tasks = math.prod(plan.launch_dims)
+        splittable = plan.race_free or bool(plan.private)
+        work = tasks * _races.work_estimate(plan.target) if splittable else 0
+        large = tasks >= 2 * _threads.MIN_RANGE or work >= _threads.MIN_WORK
+        private = self._private() if plan.private else []
+        if not (concurrent and splittable and large) or (plan.private and not private):
+            return {"concurrent": concurrent}
+        try:
+            range_entry = _warp_internals.ranged_cpu_entry(plan.target, self.entry)
+        except RuntimeError as e:  # an optimisation only: the launch stays whole, the call still runs
+            warnings.warn(
+                f"{plan.name}: jarp could not build its ranged entry point for kernel {plan.target.key!r} ({e}); its "
+                "CPU launches run on one thread. Please report this with `python -m jarp`'s output.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return {"concurrent": concurrent}
+        if not range_entry:
+            return {"concurrent": concurrent}
+        return {
+            "concurrent": concurrent,
+            "range_entry": range_entry,
+            "private": private,
+            "measured": True,
+            "work": work,
+        }
+
+    def _private(self) -> list[tuple[int, int, int, int]]:
+        """The handler's private specs of `Plan.private`: the result's pointer slot, combination, scalar, bytes."""
+        specs = []
+        for index, how in self.plan.private:
+            slots = [k for k, (block, _, src, i, _) in enumerate(self.slots) if block == 0 and src == 1 and i == index]
+            scalar = np.dtype(self.plan.results[index].dtype).name
+            if len(slots) != 1 or scalar not in _threads.PRIVATE_SCALARS:
+                return []
+            op = ("add", "min", "max").index(how)
+            specs.append((slots[0], op, _threads.PRIVATE_SCALARS.index(scalar), self.plan.results[index].nbytes))
+        return specs
 
     def _guarded(self, bounds: int, *blocks: Any) -> None:
         entry = self.entry.backward if self.adjoint else self.entry.forward

@@ -101,6 +101,14 @@ class KernelParam(ctypes.Structure):
     _fields_ = (("block", _I64), ("offset", _I64))
 
 
+class PrivateSpec(ctypes.Structure):
+    _fields_ = (("slot", _I64), ("op", _I64), ("scalar", _I64), ("nbytes", _I64))
+
+
+class Measure(ctypes.Structure):
+    _fields_ = (("cost_ns", _I64), ("samples", _I64))
+
+
 class Descriptor(ctypes.Structure):
     """The C ``Descriptor`` of ``_native_handler.cpp`` (its layout is checked against the compiled one at load)."""
 
@@ -134,6 +142,10 @@ class Descriptor(ctypes.Structure):
         ("tasks", _I64),
         ("ncopies", _I64),
         ("copies", _P),
+        ("nprivate", _I64),
+        ("private_specs", _P),
+        ("measure", _P),
+        ("work", _I64),
     )
 
 
@@ -153,6 +165,11 @@ def _expected_layout() -> dict[str, int]:
         "Descriptor.concurrent": Descriptor.concurrent.offset,
         "Descriptor.tasks": Descriptor.tasks.offset,
         "Descriptor.copies": Descriptor.copies.offset,
+        "Descriptor.private_specs": Descriptor.private_specs.offset,
+        "Descriptor.measure": Descriptor.measure.offset,
+        "Descriptor.work": Descriptor.work.offset,
+        "sizeof(PrivateSpec)": ctypes.sizeof(PrivateSpec),
+        "sizeof(Measure)": ctypes.sizeof(Measure),
         "sizeof(CopySpec)": ctypes.sizeof(CopySpec),
         "sizeof(BufferSpec)": ctypes.sizeof(BufferSpec),
         "sizeof(PointerSlot)": ctypes.sizeof(PointerSlot),
@@ -214,6 +231,14 @@ class LaunchDescriptor:
         copies: ``(argument index, result index, bytes)`` of each in-out operand a partitioned call passes apart
             from its result (XLA's partitioned call keeps no aliases): copied to the result first, unless XLA
             gave both the same buffer.
+        private: ``(slot, combination, scalar, bytes)`` of each accumulated result a split launch gives every work
+            item a copy of (`Plan.private`): the index in ``slots`` of its pointer, 0/1/2 for sum/min/max, the
+            element scalar's code (`_threads.PRIVATE_SCALARS`) and the bytes of one batch slice. Needs ``range_entry``.
+        measured: (CPU, with ``range_entry``) let the handler time the launch's first whole runs, so that a launch
+            with few tasks but a long run splits (the work threshold of `_threads`).
+        work: (CPU) a static estimate of one slice's work (threads times statements per thread,
+            `_races.work_estimate`), from which a privatised launch chooses its split (never from timing: its sums
+            depend on the split, which must be the same on every call).
     """
 
     def __init__(
@@ -236,6 +261,9 @@ class LaunchDescriptor:
         range_entry: int = 0,
         tasks: int = 0,
         copies: Sequence[tuple[int, int, int]] = (),
+        private: Sequence[tuple[int, int, int, int]] = (),
+        measured: bool = False,
+        work: int = 0,
     ) -> None:
         self._keep: list[Any] = [keep]
         self._code = code
@@ -269,6 +297,13 @@ class LaunchDescriptor:
         d.concurrent, d.range_entry, d.tasks = int(concurrent), range_entry or None, tasks
         table = (CopySpec * max(len(copies), 1))(*[CopySpec(i, j, n) for i, j, n in copies])
         d.ncopies, d.copies = len(copies), self._own(table)
+        for slot, _, _, _ in private:
+            assert items[slot].source == 1, "a private copy stands in for a result"
+        table = (PrivateSpec * max(len(private), 1))(*[PrivateSpec(*p) for p in private])
+        d.nprivate, d.private_specs = len(private), self._own(table)
+        self.measure = Measure(0, 0) if measured else None
+        d.measure = self._own(self.measure) if measured else None
+        d.work = work
         self.descriptor = d
         self.address = ctypes.addressof(d)
 
@@ -331,7 +366,9 @@ class NativeHandler:
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
         self._python_calls = ctypes.CFUNCTYPE(_I64)(self._symbols["jarp_python_calls"])
-        self._set_threads = ctypes.CFUNCTYPE(None, _I64, _I64, _I64)(self._symbols["jarp_set_threads"])
+        self._set_threads = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64, _I64, _I64)(
+            self._symbols["jarp_set_threads"]
+        )
         self._pool_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(_I64))(self._symbols["jarp_pool_stats"])
         self._lock = threading.Lock()
         self._chunks: dict[int, Any] = {}
@@ -439,9 +476,12 @@ class NativeHandler:
         self._callbacks = ((_P * 4)(*[slow[k] for k in _ORDER]), (_P * 4)(*[resolve[k] for k in _ORDER]))
         self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string, cuda_memcpy)
 
-    def set_threads(self, max_threads: int, min_tasks: int, min_range: int) -> None:
-        """Set the CPU thread cap (0: XLA's pool size) and the thresholds of pool dispatch (see `_threads`)."""
-        self._set_threads(max_threads, min_tasks, min_range)
+    def set_threads(
+        self, max_threads: int, min_tasks: int, min_range: int, min_cost_ns: int, item_ns: int, private_cap: int
+    ) -> None:
+        """Set the CPU thread cap (0: XLA's pool size), the thresholds of pool dispatch and the private copies' cap
+        (see `_threads`)."""
+        self._set_threads(max_threads, min_tasks, min_range, min_cost_ns, item_ns, private_cap)
 
     def pool_stats(self) -> tuple[int, int]:
         """``(calls run on XLA's pool, work items they ran)`` since the handler was loaded (tests, inspection)."""

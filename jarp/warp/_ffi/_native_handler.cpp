@@ -66,6 +66,18 @@ struct KernelParam {  // CUDA: where a kernel parameter lives (block 0/1 and byt
   int64_t offset;
 };
 
+struct PrivateSpec {  // an accumulated result a split launch gives each work item a zeroed copy of (Plan.private)
+  int64_t slot;    // the pointer slot (index into Descriptor::slots) to point at the item's copy
+  int64_t op;      // how copies combine: 0 sum, 1 minimum, 2 maximum
+  int64_t scalar;  // the element's scalar: 0 float32, 1 float64, 2 int32, 3 int64, 4 uint32, 5 uint64
+  int64_t nbytes;  // bytes of one batch slice of the result
+};
+
+struct Measure {  // what the handler learns of a launch it runs whole (written by the handler, atomically)
+  int64_t cost_ns;  // the fastest whole single-threaded launch seen (0: none yet)
+  int64_t samples;  // how many were timed
+};
+
 struct Descriptor {
   int64_t nargs;
   int64_t nrets;
@@ -98,6 +110,10 @@ struct Descriptor {
   int64_t tasks;        // the launch's thread count (the launch bounds' size)
   int64_t ncopies;
   const CopySpec* copies;
+  int64_t nprivate;               // accumulated results copied per work item of a split launch (with range_entry)
+  const PrivateSpec* private_specs;
+  Measure* measure;               // (CPU, with range_entry) the launch's measured cost, for the work threshold
+  int64_t work;                   // (CPU) a static estimate of one slice's work: threads x statements per thread
 };
 
 // ---- the table ----
@@ -118,6 +134,22 @@ typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
 typedef void (*CpuRange)(const void*, void*, size_t, size_t);
 extern "C" int sched_yield(void);
+struct jarp_timespec {
+  long tv_sec;
+  long tv_nsec;
+};
+extern "C" int clock_gettime(int clock, jarp_timespec* ts);
+#if defined(__APPLE__)
+constexpr int kMonotonic = 6;
+#else
+constexpr int kMonotonic = 1;  // CLOCK_MONOTONIC on Linux
+#endif
+int64_t now_ns() {
+  jarp_timespec ts{0, 0};
+  clock_gettime(kMonotonic, &ts);
+  int64_t t = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return t == 0 ? 1 : t;  // 0 means "not timed"
+}
 
 SlowPath g_slow[4];  // [platform * 2 + graph]
 Resolve g_resolve[4];  // [platform * 2 + graph]: the instantiate stage's Python side
@@ -139,6 +171,12 @@ int64_t g_in_python;
 int64_t g_max_threads = 0;
 int64_t g_min_tasks = 1 << 15;
 int64_t g_min_range = 1 << 13;
+// The work threshold: a launch whose whole single-threaded run took at least g_min_cost_ns splits however few
+// its tasks, in ranges of about g_item_ns each (at least one task); and the most bytes the private copies of one
+// split launch may take (above, fewer ranges; below two, the launch stays whole).
+int64_t g_min_cost_ns = 200000;
+int64_t g_item_ns = 20000;
+int64_t g_private_cap = int64_t(64) << 20;
 // Counters for tests and inspection: calls run as several work items on the pool, and work items run in all.
 int64_t g_pool_calls;
 int64_t g_pool_items;
@@ -279,7 +317,101 @@ struct Work {
   int64_t next;   // the next unclaimed item
   int64_t done;   // items finished
   int64_t users;  // the caller and the helpers not yet finished with this object
+  // Privatised launches (Plan.private): range 0 of each slice accumulates into the results themselves, every other
+  // range into its own copies (item_bytes each, in `scratch`); then `ncombine` combine items (nchunks per slice, by
+  // element) add the copies into the results, once every range is done.
+  char* scratch;
+  int64_t item_bytes;
+  int64_t ncombine;
+  int64_t nchunks;
+  int64_t combined;  // combine items finished
+  int64_t work_ns;   // the time the ranges took, summed (a race-free launch's cost, its first few splits)
+  bool timed;        // whether this call times its ranges
 };
+
+// ---- private copies of accumulated results (Plan.private) ----
+
+template <typename T>
+void fill_typed(void* dst, int64_t nbytes, T value) {
+  T* p = static_cast<T*>(dst);
+  int64_t n = nbytes / static_cast<int64_t>(sizeof(T));
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+template <typename T>
+void combine_typed(void* dst, const void* src, int64_t nbytes, int64_t op) {
+  T* out = static_cast<T*>(dst);
+  const T* in = static_cast<const T*>(src);
+  int64_t n = nbytes / static_cast<int64_t>(sizeof(T));
+  if (op == 0) {
+    for (int64_t i = 0; i < n; ++i) out[i] = out[i] + in[i];
+  } else if (op == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] < out[i] ? in[i] : out[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] > out[i] ? in[i] : out[i];
+  }
+}
+
+// Fill a copy with the identity of its combination: zero for a sum, the type's largest value for a minimum, its
+// smallest for a maximum (infinities for floats), so combining an untouched copy changes nothing.
+void private_identity(const PrivateSpec& p, void* dst) {
+  if (p.op == 0) {
+    memset(dst, 0, static_cast<size_t>(p.nbytes));
+    return;
+  }
+  bool lowest = p.op == 2;
+  switch (p.scalar) {
+    case 0: fill_typed<float>(dst, p.nbytes, lowest ? -__builtin_inff() : __builtin_inff()); break;
+    case 1: fill_typed<double>(dst, p.nbytes, lowest ? -__builtin_inf() : __builtin_inf()); break;
+    case 2: fill_typed<int32_t>(dst, p.nbytes, lowest ? int32_t(-2147483647 - 1) : int32_t(2147483647)); break;
+    case 3:
+      fill_typed<int64_t>(dst, p.nbytes, lowest ? int64_t(-9223372036854775807LL - 1) : int64_t(9223372036854775807LL));
+      break;
+    case 4: fill_typed<uint32_t>(dst, p.nbytes, lowest ? uint32_t(0) : uint32_t(0xffffffffu)); break;
+    default: fill_typed<uint64_t>(dst, p.nbytes, lowest ? uint64_t(0) : ~uint64_t(0)); break;
+  }
+}
+
+void private_combine(const PrivateSpec& p, void* dst, const void* src, int64_t nbytes) {
+  switch (p.scalar) {
+    case 0: combine_typed<float>(dst, src, nbytes, p.op); break;
+    case 1: combine_typed<double>(dst, src, nbytes, p.op); break;
+    case 2: combine_typed<int32_t>(dst, src, nbytes, p.op); break;
+    case 3: combine_typed<int64_t>(dst, src, nbytes, p.op); break;
+    case 4: combine_typed<uint32_t>(dst, src, nbytes, p.op); break;
+    default: combine_typed<uint64_t>(dst, src, nbytes, p.op); break;
+  }
+}
+
+int64_t scalar_bytes(const PrivateSpec& p) { return p.scalar == 0 || p.scalar == 2 || p.scalar == 4 ? 4 : 8; }
+
+// The copies of range c (>= 1) of slice s.
+char* private_copy(const Work* w, int64_t s, int64_t c) {
+  return w->scratch + (s * (w->nranges - 1) + c - 1) * w->item_bytes;
+}
+
+// Combine item k: elements of chunk k % nchunks of slice k / nchunks, every copy added in range order (so any
+// chunking gives the same bits).
+void combine_item(const Work* w, int64_t k) {
+  const Descriptor* d = w->d;
+  int64_t s = k / w->nchunks;
+  int64_t j = k % w->nchunks;
+  int64_t offset = 0;  // of the spec in a copy
+  for (int64_t i = 0; i < d->nprivate; ++i) {
+    const PrivateSpec& p = d->private_specs[i];
+    const PointerSlot& slot = d->slots[p.slot];
+    int64_t size = scalar_bytes(p);
+    int64_t n = p.nbytes / size;
+    int64_t lo = n * j / w->nchunks;
+    int64_t hi = n * (j + 1) / w->nchunks;
+    if (hi > lo) {
+      char* dst = static_cast<char*>(w->rets[slot.index]) + slot.offsets[s] + lo * size;
+      for (int64_t c = 1; c < w->nranges; ++c)
+        private_combine(p, dst, private_copy(w, s, c) + offset + lo * size, (hi - lo) * size);
+    }
+    offset += p.nbytes;
+  }
+}
 
 __attribute__((noinline)) void run_item(const Work* w, int64_t item) {
   const Descriptor* d = w->d;
@@ -295,10 +427,22 @@ __attribute__((noinline)) void run_item(const Work* w, int64_t item) {
     void* const* side = p.source == 0 ? w->args : w->rets;
     blocks[p.block][p.word] = reinterpret_cast<uint64_t>(side[p.index]) + static_cast<uint64_t>(p.offsets[s]);
   }
+  if (w->scratch != nullptr && c > 0) {  // this range accumulates into its own copies, filled here (in parallel)
+    char* copy = private_copy(w, s, c);
+    for (int64_t k = 0; k < d->nprivate; ++k) {
+      const PrivateSpec& spec = d->private_specs[k];
+      const PointerSlot& p = d->slots[spec.slot];
+      private_identity(spec, copy);
+      blocks[p.block][p.word] = reinterpret_cast<uint64_t>(copy);
+      copy += spec.nbytes;
+    }
+  }
   if (w->nranges > 1) {
     size_t begin = static_cast<size_t>(c * w->range);
     size_t end = c + 1 == w->nranges ? static_cast<size_t>(d->tasks) : begin + static_cast<size_t>(w->range);
+    int64_t started = w->timed ? now_ns() : 0;
     reinterpret_cast<CpuRange>(d->range_entry)(d->bounds, blocks[0], begin, end);
+    if (started != 0) __atomic_add_fetch(&const_cast<Work*>(w)->work_ns, now_ns() - started, __ATOMIC_RELAXED);
   } else if (d->nblocks == 1) {
     reinterpret_cast<CpuForward>(d->entry)(d->bounds, blocks[0]);
   } else {
@@ -309,9 +453,16 @@ __attribute__((noinline)) void run_item(const Work* w, int64_t item) {
 void claim_items(Work* w) {
   for (;;) {
     int64_t item = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
-    if (item >= w->nitems) return;
-    run_item(w, item);
-    __atomic_fetch_add(&w->done, 1, __ATOMIC_RELEASE);
+    if (item >= w->nitems + w->ncombine) return;
+    if (item < w->nitems) {
+      run_item(w, item);
+      __atomic_fetch_add(&w->done, 1, __ATOMIC_RELEASE);
+      continue;
+    }
+    // A combine item: every range must be done (all are claimed before any combine item, so they finish).
+    while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < w->nitems) sched_yield();
+    combine_item(w, item - w->nitems);
+    __atomic_fetch_add(&w->combined, 1, __ATOMIC_RELEASE);
   }
 }
 
@@ -321,7 +472,7 @@ void let_go(Work* w) {
 
 void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads, without the GIL
   Work* w = static_cast<Work*>(data);
-  if (__atomic_load_n(&w->next, __ATOMIC_RELAXED) < w->nitems) {
+  if (__atomic_load_n(&w->next, __ATOMIC_RELAXED) < w->nitems + w->ncombine) {
     FpState saved = FpState::get();
     w->fp.set();
     claim_items(w);
@@ -331,8 +482,28 @@ void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads
 }
 
 // How many threads a CPU call may use: 1 unless it may run concurrently and is large enough to be worth it.
+// Keep the fastest whole-launch cost seen (a launch run whole, or the ranges of a split one summed).
+void record_cost(Measure* m, int64_t took) {
+  int64_t seen = __atomic_load_n(&m->cost_ns, __ATOMIC_RELAXED);
+  while ((seen == 0 || took < seen) &&
+         !__atomic_compare_exchange_n(&m->cost_ns, &seen, took, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  __atomic_add_fetch(&m->samples, 1, __ATOMIC_RELAXED);
+}
+
+int64_t measured_cost(const Descriptor* d) {
+  return d->measure == nullptr ? 0 : __atomic_load_n(&d->measure->cost_ns, __ATOMIC_RELAXED);
+}
+
 int64_t pool_threads(XLA_FFI_CallFrame* frame, const Descriptor* d) {
-  if (!d->concurrent || d->tasks * d->nslices < __atomic_load_n(&g_min_tasks, __ATOMIC_RELAXED)) return 1;
+  if (!d->concurrent) return 1;
+  if (d->tasks * d->nslices < __atomic_load_n(&g_min_tasks, __ATOMIC_RELAXED)) {
+    // Few tasks: worth splitting only if the launch can be split and is long: measured so (a race-free launch,
+    // bit-identical however it runs), or estimated so from its code (a privatised one, whose split must not depend
+    // on timing: its sums depend on the split). Its ranged entry exists only if that estimate is large.
+    if (d->range_entry == nullptr) return 1;
+    if (d->nprivate == 0 && measured_cost(d) < __atomic_load_n(&g_min_cost_ns, __ATOMIC_RELAXED)) return 1;
+  }
   int64_t cap = __atomic_load_n(&g_max_threads, __ATOMIC_RELAXED);
   if (cap == 1) return 1;
   XLA_FFI_ThreadPool_NumThreads_Args args;
@@ -359,23 +530,81 @@ int64_t pool_threads(XLA_FFI_CallFrame* frame, const Descriptor* d) {
 bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, void** rets, int64_t threads) {
   int64_t nranges = 1;
   int64_t range = d->tasks;
-  int64_t min_range = __atomic_load_n(&g_min_range, __ATOMIC_RELAXED);
-  if (d->range_entry != nullptr && d->tasks >= 2 * min_range) {
-    // About four items per thread in all (for balance), no range below g_min_range tasks.
-    int64_t want = (4 * threads + d->nslices - 1) / d->nslices;
-    int64_t most = d->tasks / min_range;
-    nranges = want < most ? want : most;
-    if (nranges < 1) nranges = 1;
-    range = d->tasks / nranges;
+  int64_t item_bytes = 0;  // the private copies of one work item
+  for (int64_t k = 0; k < d->nprivate; ++k) item_bytes += d->private_specs[k].nbytes;
+  // Whole cache lines per item: ranges on different cores accumulating into neighbouring copies would otherwise
+  // share lines (a one-element energy accumulated by every thread: every add a cache miss).
+  item_bytes = (item_bytes + 63) / 64 * 64;
+  if (d->range_entry != nullptr) {
+    int64_t min_range = __atomic_load_n(&g_min_range, __ATOMIC_RELAXED);
+    if (d->nprivate > 0) {
+      // Privatised: every choice from static quantities (the split decides the rounding of the sums, so the same
+      // call must split the same way every time). Ranges of at least kRangeWork estimated statements.
+      constexpr int64_t kRangeWork = 1 << 16;
+      int64_t per_task = d->work / (d->tasks > 0 ? d->tasks : 1);
+      int64_t by_work = per_task > 0 ? (kRangeWork + per_task - 1) / per_task : min_range;
+      if (by_work < min_range) min_range = by_work;
+    } else {
+      int64_t cost = measured_cost(d);
+      if (cost > 0) {
+        // A measured race-free launch: ranges of about g_item_ns each (at least one task), however few its tasks.
+        int64_t tasks = d->tasks * d->nslices;
+        int64_t by_cost = static_cast<int64_t>(static_cast<double>(tasks) *
+                                               static_cast<double>(__atomic_load_n(&g_item_ns, __ATOMIC_RELAXED)) /
+                                               static_cast<double>(cost));
+        if (by_cost < 1) by_cost = 1;
+        if (by_cost < min_range) min_range = by_cost;
+      }
+    }
+    if (d->tasks >= 2 * min_range) {
+      // Several items per thread: a helper the machine deschedules mid-item holds the caller for one item only.
+      int64_t want = (8 * threads + d->nslices - 1) / d->nslices;
+      int64_t most = d->tasks / min_range;
+      nranges = want < most ? want : most;
+      if (item_bytes > 0) {
+        // Every range but the first fills, accumulates into and combines a copy: keep those bytes within a
+        // twentieth of a byte per estimated statement (a FEM gradient over 1e5 tetrahedra: one copy per thread),
+        // never below one range per thread, never above the cap.
+        int64_t budget = d->work * d->nslices / 20;
+        int64_t soft = 1 + budget / (item_bytes * d->nslices);
+        int64_t floor = (threads + d->nslices - 1) / d->nslices;
+        int64_t keep = soft > floor ? soft : floor;
+        if (keep < nranges) nranges = keep;
+        int64_t fit = 1 + __atomic_load_n(&g_private_cap, __ATOMIC_RELAXED) / (item_bytes * d->nslices);
+        if (nranges > fit) nranges = fit;
+      }
+      if (nranges < 2) nranges = 1;
+      range = d->tasks / nranges;
+    }
   }
+  if (nranges == 1) item_bytes = 0;  // whole launches per slice accumulate into their own slice: no copies
+  if (item_bytes == 0 && d->nprivate > 0 && d->nslices == 1) return false;  // cannot split without copies
   int64_t nitems = d->nslices * nranges;
   if (nitems < 2) return false;
+  char* scratch = nullptr;
+  char* raw = nullptr;
+  if (item_bytes > 0) {  // copies for ranges 1.. of each slice (filled by the item that uses them)
+    raw = static_cast<char*>(malloc(static_cast<size_t>(item_bytes * d->nslices * (nranges - 1) + 64)));
+    if (raw == nullptr) return false;
+    scratch = raw + (64 - reinterpret_cast<uint64_t>(raw) % 64) % 64;  // cache-line aligned
+  }
   size_t nptrs = static_cast<size_t>(d->nargs + d->nrets);
   Work* w = static_cast<Work*>(malloc(sizeof(Work) + sizeof(void*) * (nptrs + 1)));
-  if (w == nullptr) return false;
+  if (w == nullptr) {
+    free(raw);
+    return false;
+  }
   void** copy = reinterpret_cast<void**>(w + 1);
   memcpy(copy, args, sizeof(void*) * static_cast<size_t>(d->nargs));
   memcpy(copy + d->nargs, rets, sizeof(void*) * static_cast<size_t>(d->nrets));
+  w->scratch = scratch;
+  w->item_bytes = item_bytes;
+  w->nchunks = scratch != nullptr ? 2 * threads : 1;
+  w->ncombine = scratch != nullptr ? d->nslices * w->nchunks : 0;
+  w->combined = 0;
+  w->work_ns = 0;
+  w->timed = d->measure != nullptr && d->nprivate == 0 && nranges > 1 &&
+             __atomic_load_n(&d->measure->samples, __ATOMIC_RELAXED) < 8;
   w->d = d;
   w->args = copy;
   w->rets = copy + d->nargs;
@@ -408,8 +637,14 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
     }
   }
   claim_items(w);
-  // Every item is claimed; wait for the ones helpers are still running (their results are this call's).
-  while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < nitems) sched_yield();
+  // Every item is claimed; wait for the ones helpers are still running (their results are this call's). The copies
+  // were combined into the results in range order, element by element: deterministic for a given split (minimum,
+  // maximum and integer sums exact; float sums within rounding of one thread's order).
+  while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) < nitems ||
+         __atomic_load_n(&w->combined, __ATOMIC_ACQUIRE) < w->ncombine)
+    sched_yield();
+  free(raw);  // no helper touches it once every item is done
+  if (w->timed) record_cost(d->measure, __atomic_load_n(&w->work_ns, __ATOMIC_RELAXED));
   let_go(w);
   return true;
 }
@@ -534,6 +769,11 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     if (threads > 1 && run_on_pool(frame, d, ptrs[0], ptrs[1], threads)) return nullptr;
   }
 
+  // A launch that may split by its cost is timed whole, its first few times (the fastest counts).
+  int64_t started = 0;
+  Measure* measure = kCuda ? nullptr : d->measure;
+  if (measure != nullptr && __atomic_load_n(&measure->samples, __ATOMIC_RELAXED) < 3) started = now_ns();
+
   // Each call fills its own copy of the argument blocks, so threads launch concurrently.
   uint64_t* blocks[2] = {nullptr, nullptr};
   for (int64_t b = 0; b < d->nblocks; ++b) {
@@ -568,6 +808,7 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
       reinterpret_cast<CpuBackward>(d->entry)(d->bounds, blocks[0], blocks[1]);
     }
   }
+  if (started != 0) record_cost(measure, now_ns() - started);
   return nullptr;
 }
 
@@ -626,10 +867,14 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
 
 // Cap jarp's CPU threads per call (0: XLA's pool size; 1: the calling thread only) and set the thresholds below
 // which a call stays on the calling thread (tasks in all) and a launch is not split (tasks per index range).
-void jarp_set_threads(int64_t max_threads, int64_t min_tasks, int64_t min_range) {
+void jarp_set_threads(int64_t max_threads, int64_t min_tasks, int64_t min_range, int64_t min_cost_ns,
+                      int64_t item_ns, int64_t private_cap) {
   __atomic_store_n(&g_max_threads, max_threads, __ATOMIC_RELAXED);
   __atomic_store_n(&g_min_tasks, min_tasks, __ATOMIC_RELAXED);
   __atomic_store_n(&g_min_range, min_range < 1 ? 1 : min_range, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_min_cost_ns, min_cost_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_item_ns, item_ns < 1 ? 1 : item_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_private_cap, private_cap, __ATOMIC_RELAXED);
 }
 
 // The counters of calls run on the pool and of the work items they ran (both since the handler was loaded).
@@ -674,6 +919,11 @@ extern const int64_t jarp_layout[] = {
     static_cast<int64_t>(__builtin_offsetof(Descriptor, concurrent)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, tasks)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, copies)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, private_specs)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, measure)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, work)),
+    static_cast<int64_t>(sizeof(PrivateSpec)),
+    static_cast<int64_t>(sizeof(Measure)),
     static_cast<int64_t>(sizeof(CopySpec)),
     static_cast<int64_t>(sizeof(BufferSpec)),
     static_cast<int64_t>(sizeof(PointerSlot)),

@@ -12,38 +12,67 @@ import os
 import threading
 from collections.abc import Callable
 
-__all__ = ["ENV", "MIN_RANGE", "MIN_TASKS", "attach", "cpu_threads", "set_cpu_threads"]
+__all__ = [
+    "ENV",
+    "ITEM_NS",
+    "MIN_COST_NS",
+    "MIN_RANGE",
+    "MIN_TASKS",
+    "MIN_WORK",
+    "PRIVATE_ENV",
+    "PRIVATE_SCALARS",
+    "attach",
+    "cpu_private_bytes",
+    "cpu_threads",
+    "set_cpu_private_bytes",
+    "set_cpu_threads",
+]
 
 ENV = "JARP_CPU_THREADS"
-# A call goes to the pool only with at least this many tasks (launch threads times batch slices): below, handing
-# work to another thread costs more than it saves, and a small kernel's marginal launch cost must not move.
+PRIVATE_ENV = "JARP_CPU_PRIVATE_BYTES"
+# A call goes to the pool with at least this many tasks (launch threads times batch slices): below, handing
+# work to another thread costs more than it saves, and a small kernel's marginal launch cost must not move...
 MIN_TASKS = 1 << 15
-# A split launch's index ranges have at least this many tasks each.
+# ...or, for a launch that can be split into index ranges, when a whole single-threaded run of it was measured to
+# take at least this long (the work threshold: few but long threads, an element kernel, a neighbour loop)...
+MIN_COST_NS = 200_000
+# ...in ranges of about this long each (at least one task).
+ITEM_NS = 20_000
+# A launch with fewer tasks gets a ranged entry point (so that the handler may time it and split it) when its tasks
+# times its estimated statements per thread (`_races.work_estimate`) reach this.
+MIN_WORK = 500_000
+# A split launch's index ranges have at least this many tasks each, unless measured.
 MIN_RANGE = 1 << 13
+# The private copies of accumulated arrays one split launch may take, by default (`set_cpu_private_bytes`).
+PRIVATE_BYTES = 64 << 20
+# The element scalars of accumulated arrays the native handler combines, by its code (`PrivateSpec.scalar`).
+PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 _lock = threading.Lock()
 _cap: int | None = None  # None: not read from the environment yet
-_sinks: list[Callable[[int, int, int], None]] = []
+_private: int | None = None
+_sinks: list[Callable[[int, int, int, int, int, int], None]] = []
 
 
-def _check(value: object, what: str) -> int:
+_THREADS_MEANING = "0: every thread of XLA's CPU pool; 1: the calling thread only"
+_BYTES_MEANING = "bytes; 0: never split an accumulating launch"
+
+
+def _check(value: object, what: str, meaning: str = _THREADS_MEANING) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"{what} must be a whole number >= 0 (0: every thread of XLA's CPU pool; 1: the calling thread only), "
-            f"got {value!r}."
-        )
+        raise ValueError(f"{what} must be a whole number >= 0 ({meaning}), got {value!r}.")
     return value
 
 
-def _from_env() -> int:
-    raw = os.environ.get(ENV, "").strip()
+def _from_env(name: str = ENV, default: int = 0, meaning: str = _THREADS_MEANING) -> int:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return 0
+        return default
     try:
         value: object = int(raw)
     except ValueError:
         value = raw  # refused below, naming the variable
-    return _check(value, f"{ENV}={raw!r}")
+    return _check(value, f"{name}={raw!r}", meaning)
 
 
 def cpu_threads() -> int:
@@ -70,10 +99,14 @@ def set_cpu_threads(n: int) -> None:
     """Cap the CPU threads one jarp call uses; 1 runs every launch on the calling thread.
 
     On the CPU, jarp's native launch runs the batch slices of a vmapped call, and index ranges of one launch of a
-    kernel it proves race-free (every thread writes only at its own index; no atomics, tiles or ``printf``), on
-    XLA's intra-op thread pool, the threads XLA's own CPU operations use. Results are bit-identical whatever the
-    cap. Calls with fewer than 32,768 tasks (launch threads times batch slices) always stay on the calling thread.
-    The setting applies to calls from now on, in every compiled program; ``JARP_CPU_THREADS`` sets it for a process.
+    kernel it proves race-free (every thread writes only at its own index; no atomics, tiles or ``printf``) or
+    race-free but for accumulations into its outputs (each range then accumulates into its own copy of them, see
+    `set_cpu_private_bytes`), on XLA's intra-op thread pool, the threads XLA's own CPU operations use. Results are
+    bit-identical whatever the cap, except the float sums of accumulating kernels, which are within rounding and
+    the same on every call for a given cap. A call with fewer than 32,768 tasks (launch threads times batch slices)
+    splits only when its work is worth it (measured for race-free kernels, estimated from the code for accumulating
+    ones). The setting applies to calls from now on, in every compiled program; ``JARP_CPU_THREADS`` sets it for a
+    process. A cap of 1 gives every launch to the calling thread, bit for bit as one Warp launch.
 
     Args:
         n: the most threads per call, the calling thread included; 0 for as many as XLA's pool has (the default).
@@ -93,14 +126,73 @@ def set_cpu_threads(n: int) -> None:
     value = _check(n, "set_cpu_threads(n): n")
     with _lock:
         _cap = value
+    _push()
+
+
+def cpu_private_bytes() -> int:
+    """The most bytes of private copies one split CPU launch may take (see `set_cpu_private_bytes`).
+
+    Returns:
+        The value `set_cpu_private_bytes` set last, else ``JARP_CPU_PRIVATE_BYTES``, else 64 MiB.
+
+    Example:
+        ```python
+        import jarp.warp
+
+        jarp.warp.cpu_private_bytes()  # 67108864 unless set
+        ```
+    """
+    global _private
+    with _lock:
+        if _private is None:
+            _private = _from_env(PRIVATE_ENV, PRIVATE_BYTES, _BYTES_MEANING)
+        return _private
+
+
+def set_cpu_private_bytes(n: int) -> None:
+    """Cap the memory of the private copies a split CPU launch of an accumulating kernel takes.
+
+    A kernel that accumulates into an output with ``wp.atomic_add`` (or ``+=``, ``atomic_sub``, ``atomic_min``,
+    ``atomic_max``) and is otherwise race-free runs split on several cores: each index range accumulates into its own
+    zeroed copy of the accumulated arrays, and the copies are combined after, in a fixed order. A launch whose copies
+    would take more than ``n`` bytes uses fewer ranges; one that cannot use two stays on one thread. 0 never splits
+    such launches.
+
+    Args:
+        n: the most bytes of copies per launch (64 MiB by default; ``JARP_CPU_PRIVATE_BYTES`` sets it for a process).
+
+    Raises:
+        ValueError: if ``n`` is not a whole number >= 0.
+
+    Example:
+        ```python
+        import jarp.warp
+
+        jarp.warp.set_cpu_private_bytes(16 << 20)  # at most 16 MiB of copies per launch
+        ```
+    """
+    global _private
+    value = _check(n, "set_cpu_private_bytes(n): n", _BYTES_MEANING)
+    with _lock:
+        _private = value
+    _push()
+
+
+def _settings() -> tuple[int, int, int, int, int, int]:
+    return (cpu_threads(), MIN_TASKS, MIN_RANGE, MIN_COST_NS, ITEM_NS, cpu_private_bytes())
+
+
+def _push() -> None:
+    settings = _settings()
+    with _lock:
         sinks = list(_sinks)
     for sink in sinks:
-        sink(value, MIN_TASKS, MIN_RANGE)
+        sink(*settings)
 
 
-def attach(sink: Callable[[int, int, int], None]) -> None:
-    """Give ``sink`` (a loaded handler's ``set_threads``) the setting now and on every change."""
-    cap = cpu_threads()
+def attach(sink: Callable[[int, int, int, int, int, int], None]) -> None:
+    """Give ``sink`` (a loaded handler's ``set_threads``) the settings now and on every change."""
+    settings = _settings()
     with _lock:
         _sinks.append(sink)
-    sink(cap, MIN_TASKS, MIN_RANGE)
+    sink(*settings)

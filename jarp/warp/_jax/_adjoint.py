@@ -82,6 +82,7 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
         protected=(),
         name=plan.name + " (adjoint)",
         race_free=False,  # Warp's adjoint kernels accumulate into the input gradients with atomics
+        private=(),
     )
 
 

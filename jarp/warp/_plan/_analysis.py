@@ -16,7 +16,7 @@ import ast
 import functools
 import textwrap
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 
 @functools.lru_cache(maxsize=1024)
@@ -427,6 +427,80 @@ def race_free_blocker(
         return str(e), ()
 
 
+# The atomics a privatised launch accumulates with, and how the per-range copies combine: a sum (``atomic_sub``
+# accumulates negated values, so its copies add up too), a minimum or a maximum.
+ACCUMULATING_ATOMICS = {"atomic_add": "add", "atomic_sub": "add", "atomic_min": "min", "atomic_max": "max"}
+
+
+class Accumulation(NamedTuple):
+    """What `accumulation_blocker` finds in one function's source.
+
+    Attributes:
+        calls: the calls to follow, as `race_free_blocker` returns them.
+        accumulated: each candidate accumulated here (atomics, ``+=``/``-=``) with its combination (``"add"``,
+            ``"min"``, ``"max"``).
+        passes: ``(dotted callee, argument position, candidate, line)`` of each candidate passed to a function (which
+            the caller must follow: it may accumulate into it, only read it, or refuse).
+        other_uses: the candidates used otherwise (read, say), each with the first such use; fine for an array that
+            turns out not accumulated anywhere, a refusal for one that is.
+    """
+
+    calls: tuple[tuple[str, int], ...]
+    accumulated: dict[str, str]
+    passes: tuple[tuple[str, int, str, int], ...]
+    other_uses: dict[str, str]
+
+
+def accumulation_blocker(
+    source: str,
+    arrays: tuple[tuple[str, int], ...],
+    structs: tuple[str, ...],
+    accumulators: tuple[str, ...],
+    *,
+    in_function: bool = False,
+    launch_ndim: int | None = None,
+    written: tuple[str, ...] = (),
+) -> tuple[str | None, Accumulation | None]:
+    """`race_free_blocker` for a kernel (or ``@wp.func``) whose only shared writes are accumulations into arrays.
+
+    The source qualifies when it would be race-free but for accumulations (``wp.atomic_add``/``atomic_sub``/
+    ``atomic_min``/``atomic_max`` at any index, their old value unused, ``a[...] += x``, ``a[...] -= x``) into
+    arrays among ``accumulators``, or passes of those arrays to functions (which the caller follows). An array
+    accumulated into must be used for nothing else (not read, stored, aliased; its ``shape`` may be read) and with
+    one kind of combination, sum, min or max: each index range of a split launch may then accumulate into its own
+    copy of it, the copies combined afterwards.
+
+    Args:
+        source, arrays, structs, in_function, launch_ndim: as for `race_free_blocker`.
+        accumulators: the arrays that may be accumulated into: a kernel's output and in-out arrays, a function's
+            parameters its caller accumulates through.
+        written: arrays Warp's record sees written (`_writes`); one among the accumulators must be accumulated,
+            stored at the thread index or passed on here, or it refuses.
+
+    Returns:
+        The reason it does not qualify, or None and what it found (`Accumulation`).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (TypeError, SyntaxError, ValueError):
+        return "the source does not parse", None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if fn is None:
+        return "the source defines no function", None
+    try:
+        check = _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim, frozenset(accumulators))
+        check.written.update(w for w in written if w not in accumulators)
+        calls = check.run()
+    except _Refused as e:
+        return str(e), None
+    passed = {path for _, _, path, _ in check.passes}
+    for w in written:
+        if w in accumulators and w not in check.accumulated and w not in check.written and w not in passed:
+            # Warp's record sees a write of a candidate that is neither an accumulation nor a store seen here
+            return f"array {w!r} is written in a way jarp cannot follow", None
+    return None, Accumulation(calls, dict(check.accumulated), tuple(check.passes), dict(check.other_uses))
+
+
 def _call_path(func: ast.expr) -> tuple[str, ...] | None:
     if isinstance(func, ast.Name):
         return (func.id,)
@@ -443,9 +517,16 @@ class _RaceCheck:
         structs: frozenset[str],
         in_function: bool,
         launch_ndim: int | None = None,
+        accumulators: frozenset[str] = frozenset(),
     ):
         self.fn = fn
         self.launch_ndim = launch_ndim
+        self.accumulators = accumulators
+        self.accumulated: dict[str, str] = {}  # accumulator path -> its combination ("add", "min", "max")
+        self.atomics: list[ast.Call] = []  # atomics into a candidate accumulator, checked once aliases are known
+        self.accepted: set[int] = set()  # ids of the nodes naming an accumulator in an accepted accumulation
+        self.passes: list[tuple[str, int, str, int]] = []  # accumulator candidates passed to a function
+        self.other_uses: dict[str, str] = {}  # accumulator candidates used otherwise: the first such use
         self.arrays = arrays
         self.structs = structs
         self.in_function = in_function
@@ -470,6 +551,8 @@ class _RaceCheck:
         if not self.in_function:
             self._thread_index()
         self._locals()
+        for call in self.atomics:
+            self._atomic(call)
         for node in self.nodes:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
@@ -482,6 +565,8 @@ class _RaceCheck:
                 self.refuse(node, "a loop target that is not a plain name")
         if not self.in_function:
             self._uses_of_written()
+        if self.accumulators:
+            self._uses_of_candidates()
         return calls
 
     def _calls(self) -> tuple[tuple[str, int], ...]:
@@ -503,6 +588,9 @@ class _RaceCheck:
             if path is None:
                 self.refuse(node, f"a call of a computed function ({ast.unparse(node.func)})")
             name = ".".join(path)
+            if path[-1] in ACCUMULATING_ATOMICS and self.accumulators:
+                self.atomics.append(node)  # judged by `_atomic` once the locals are known
+                continue
             if racy_call(path[-1]):
                 self.refuse(node, name)
             if len(path) == 2 and path[1] == "dtype":
@@ -645,7 +733,12 @@ class _RaceCheck:
                 return  # a component of a local or a value parameter, each thread's own copy (``v[0] = ...``)
             self.refuse(stmt, f"a store into {text}, which may not be a local value")
         if accumulate:
-            self.refuse(stmt, f"{text} {_AUG_OPS.get(type(stmt.op), '?')}= ... (Warp compiles it to an atomic)")  # type: ignore[attr-defined]
+            op = type(stmt.op)  # type: ignore[attr-defined]
+            if path in self.accumulators and op in (ast.Add, ast.Sub) and layers and layers[-1] is target:
+                self._accumulate(path, "add", stmt)
+                self.accepted.add(id(node))
+                return
+            self.refuse(stmt, f"{text} {_AUG_OPS.get(op, '?')}= ... (Warp compiles it to an atomic)")
         if self.in_function:
             self.refuse(stmt, f"a store into array {path!r} ({text})")
         inner = layers[-1] if layers else None
@@ -656,6 +749,49 @@ class _RaceCheck:
         if self.arrays.get(path) != len(self.tid):
             self.refuse(stmt, f"a store into {text}: {path!r} has {self.arrays.get(path)} dims, not {len(self.tid)}")
         self.written.add(path)
+
+    def _accumulate(self, path: str, how: str, node: ast.AST) -> None:
+        previous = self.accumulated.setdefault(path, how)
+        if previous != how:
+            self.refuse(node, f"array {path!r} is accumulated both as a {previous} and as a {how}")
+
+    def _atomic(self, call: ast.Call) -> None:
+        """Accept an atomic into an accumulator, as the statement it is (its old value unused); refuse any other."""
+        name = ".".join(_call_path(call.func) or ("?",))
+        key = name.rsplit(".", 1)[-1]
+        target = call.args[0] if call.args else None
+        path = self._array_path(target) if target is not None else None
+        if path not in self.accumulators or (isinstance(target, ast.Name) and target.id in self.aliases):
+            self.refuse(call, name)
+        if not isinstance(self.parents.get(call), ast.Expr):
+            self.refuse(call, f"{name} whose result (the old value) is used")
+        self._accumulate(path, ACCUMULATING_ATOMICS[key], call)
+        self.accepted.add(id(target))
+
+    def _uses_of_candidates(self) -> None:
+        """Sort the uses of each accumulator candidate: accumulations (accepted), ``shape``, passes to a function
+        (``passes``), and the rest (``other_uses``: a refusal only for an array found accumulated)."""
+        for path in self.accumulated:
+            if path in self.written:
+                self.refuse(self.fn, f"array {path!r} is both accumulated into and stored into")
+        for node in self.nodes:
+            if not isinstance(node, (ast.Name, ast.Attribute)) or id(node) in self.accepted:
+                continue
+            path = self._array_path(node)
+            if path is None or path not in self.accumulators:
+                continue
+            if isinstance(node, ast.Name) and node.id in self.aliases:
+                self.other_uses.setdefault(path, f"line {node.lineno}: through the alias {node.id!r}")
+                continue
+            parent = self.parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.attr == "shape":
+                continue
+            if isinstance(parent, ast.Call) and node in parent.args:
+                callee = _call_path(parent.func)
+                if callee is not None and callee[-1] not in ACCUMULATING_ATOMICS:
+                    self.passes.append((".".join(callee), parent.args.index(node), path, parent.lineno))
+                    continue
+            self.other_uses.setdefault(path, f"line {getattr(node, 'lineno', '?')}: {ast.unparse(parent or node)}")
 
     def _uses_of_written(self) -> None:
         """Every use of a written array reads or writes its element at the thread index (or reads its shape)."""

@@ -90,6 +90,7 @@ def build_plan(
         if inferred:
             _launch_checks.warn_short_inferred_launch(accesses, params, operand_buffers, results, launch_dims, name)
     race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims)
+    private = _races.plan_private(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims, race_free)
     return Plan(
         runs=runs,
         adjoint=False,
@@ -108,6 +109,7 @@ def build_plan(
         cpu_blocks=bool(runs is Runs.KERNEL and block_dim is not None and wp.config.enable_cpu_blocks),
         bounds_checked=bounds_checked,
         race_free=race_free,
+        private=_races.private_results(params, private),
         shares_cpu_state=_races.plan_shares_cpu_state(runs, target, block_dim, bounds_checked, race_free),
     )
 

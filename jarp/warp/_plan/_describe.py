@@ -494,7 +494,13 @@ class _Reader:
         )
         race_free = forward_race_free and not adjoint
         shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward_race_free)
-        return dataclasses.replace(plan, race_free=race_free, shares_cpu_state=shares)
+        specs = tuple(p.spec for p in params)
+        private = _races.plan_private(
+            runs, adjoint, target, specs, block_dim, plan.bounds_checked, plan.launch_dims, forward_race_free
+        )
+        return dataclasses.replace(
+            plan, race_free=race_free, private=_races.private_results(params, private), shares_cpu_state=shares
+        )
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
         if "partitioned" not in self.doc:

@@ -10,6 +10,7 @@ its name (`_analysis.racy_call`); anything that cannot be resolved or read refus
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from .._upstream import _warp_internals
 from . import _analysis, _names, _writes
 from ._arg_spec import ArgSpec
 from ._struct_layout import _is_value_type
-from ._values import Runs
+from ._values import Param, Runs
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 
@@ -80,6 +81,171 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
         written=tuple(sorted(written)),
     )
     return reason or _calls_blocker(kernel.func, calls, 0)
+
+
+# The element scalars a combination of per-range copies supports (the native handler's `combine`).
+_PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+
+
+def plan_private(
+    runs: Runs,
+    adjoint: bool,
+    target: Any,
+    params: Sequence[ArgSpec],
+    block_dim: int | None,
+    bounds_checked: bool,
+    launch_dims: tuple[int, ...],
+    race_free: bool,
+) -> tuple[tuple[str, str], ...]:
+    """`Plan.private` of a plan with these fields: the accumulated arrays a split launch gives each range a copy of.
+
+    Empty unless the plan is a forward kernel launch, with one thread per block, unchecked, not race-free, whose
+    only obstacle to splitting is accumulation into output or in-out arrays of 32- or 64-bit elements
+    (`private_blocker`).
+    """
+    if runs is not Runs.KERNEL or adjoint or block_dim not in (None, 1) or bounds_checked or race_free:
+        return ()
+    reason, accumulated = private_blocker(target, params, len(launch_dims))
+    return () if reason is not None else accumulated
+
+
+def private_results(params: Sequence[Param], private: tuple[tuple[str, str], ...]) -> tuple[tuple[int, str], ...]:
+    """`Plan.private` from the accumulated array parameters (`plan_private`): their result buffers, in order."""
+    by_name = dict(private)
+    return tuple(
+        (p.primal.index, by_name[p.spec.name]) for p in params if p.spec.name in by_name and p.primal.source == "result"
+    )
+
+
+def private_blocker(
+    kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int
+) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """Why ``kernel``'s launch cannot be split with private copies of its accumulated arrays, or what it accumulates.
+
+    The kernel (and each ``@wp.func`` it passes an accumulated array to, followed as Warp resolves it) must
+    qualify under `_analysis.accumulation_blocker`; every other function it calls must write no array.
+
+    Returns:
+        ``(reason, ())`` where it cannot, else ``(None, ((array, combination), ...))`` in parameter order, the
+        combination ``"add"``, ``"min"`` or ``"max"``.
+    """
+    arrays: list[tuple[str, int]] = []
+    structs: list[str] = []
+    candidates: list[str] = []
+    for spec in params:
+        if spec.is_struct:
+            structs.append(spec.name)
+            arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
+        elif spec.is_array:
+            arrays.append((spec.name, spec.warp_ndim))
+            scalar = getattr(spec.scalar_type, "__name__", "") if not spec.generic else ""
+            if scalar in _PRIVATE_SCALARS:
+                candidates.append(spec.name)
+    if not candidates:
+        return "no array it may accumulate into", ()
+    if not warps_thread_index(kernel):
+        return "a function named tid that is not Warp's wp.tid", ()
+    names = tuple(name for name, _ in arrays if "." not in name)
+    written = (*_writes.written_inputs(kernel, names), *_writes.written_struct_fields(kernel, tuple(structs)))
+    reason, found = _analysis.accumulation_blocker(
+        _warp_internals.kernel_source(kernel),
+        tuple(arrays),
+        tuple(structs),
+        tuple(candidates),
+        launch_ndim=launch_ndim,
+        written=tuple(sorted(written)),
+    )
+    if reason is not None or found is None:
+        return reason or "unknown", ()
+    combined, reason = _follow(kernel.func, found, 0)
+    if reason is None and not combined:
+        reason = "nothing accumulated (race-free or not at all)"
+    if reason is not None:
+        return reason, ()
+    return None, tuple((spec.name, combined[spec.name]) for spec in params if spec.name in combined)
+
+
+def _follow(func: Any, found: _analysis.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:
+    """The combinations of one function's accumulations, its passes followed; or the reason it does not qualify.
+
+    Every call that receives no candidate must write no array (`_calls_blocker`); each pass of a candidate is
+    followed into the callee's parameter. A candidate accumulated anywhere may be used for nothing else.
+    """
+    combined = dict(found.accumulated)
+    read: dict[str, str] = dict(found.other_uses)
+    passing = {name for name, _, _, _ in found.passes}
+    reason = _calls_blocker(func, tuple(c for c in found.calls if c[0] not in passing), depth)
+    if reason is not None:
+        return {}, reason
+    for name, position, path, line in found.passes:
+        verdict, reason = _param_accumulation(func, name, position, depth + 1)
+        if reason is not None:
+            return {}, f"line {line}: {name}: {reason}"
+        if verdict == "read":
+            read.setdefault(path, f"line {line}: passed to {name}, which reads it")
+        elif verdict is not None and combined.setdefault(path, verdict) != verdict:
+            return {}, f"array {path!r} is accumulated both as a {combined[path]} and as a {verdict}"
+    for path in combined:
+        if path in read:
+            return {}, f"the accumulated array {path!r} is used other than to accumulate ({read[path]})"
+    return combined, None
+
+
+def _param_accumulation(caller: Any, name: str, position: int, depth: int) -> tuple[str | None, str | None]:
+    """What the function ``name`` (resolved from ``caller``) does with its positional parameter ``position``.
+
+    Returns:
+        ``(combination, None)`` where every overload only accumulates into it; ``("read", None)`` where one uses it
+        otherwise (reads it); ``(None, None)`` where none touches it; ``(None, reason)`` where the function cannot be
+        followed or writes other memory.
+    """
+    if depth >= _MAX_DEPTH:
+        return None, "functions nested too deep to follow"
+    fn = _names.resolve_path(caller, name)
+    if not isinstance(fn, wp.Function) or fn.is_builtin():
+        return None, "not a @wp.func jarp can follow with an accumulated array"
+    if getattr(fn, "native_snippet", None) is not None:
+        return None, "a native snippet (wp.func_native), which jarp cannot read"
+    verdicts: set[str | None] = set()
+    for overload in dict.fromkeys([fn, *getattr(fn, "user_overloads", {}).values()]):
+        if getattr(overload, "adj", None) is None:
+            return None, "a function without Python source"
+        labels = _warp_internals.kernel_params(overload)
+        if position >= len(labels) or not wp.types.is_array(labels[position][1]):
+            return None, "the array goes to a parameter that is not a plain array"
+        param = labels[position][0]
+        arrays = tuple((label, t.ndim) for label, t in labels if wp.types.is_array(t))
+        others = tuple(label for label, t in labels if not wp.types.is_array(t) and not _is_value(t))
+        reason, found = _analysis.accumulation_blocker(
+            _warp_internals.kernel_source(overload), arrays, others, (param,), in_function=True
+        )
+        if reason is not None or found is None:
+            return None, reason or "unknown"
+        combined, reason = _follow(overload.func, found, depth)
+        if reason is not None:
+            return None, reason
+        verdicts.add(combined.get(param, "read" if param in found.other_uses else None))
+    if len(verdicts) != 1:
+        return None, f"its overloads treat the array differently ({sorted(map(str, verdicts))})"
+    return verdicts.pop(), None
+
+
+_LOOP_LABEL = re.compile(r"^\s*start_\w+_\d+:")
+
+
+def work_estimate(kernel: wp.Kernel) -> int:
+    """A rough cost of one thread of ``kernel``: the statements Warp generates for it, counted 64 times with a loop.
+
+    The kernel's statements and those of each ``@wp.func`` it calls, once each; with a loop Warp does not unroll
+    (over a query, a ``while``, a range not known when it builds), the total counts 64 times. It decides only whether
+    a launch with few threads is worth the build of its ranged entry point (the handler then times it).
+    """
+    total, loops = 0, False
+    for _, lines, _ in _writes.forward_code(kernel):
+        code = [line for line in lines if not line.lstrip().startswith("//")]
+        total += len(code)
+        loops = loops or any(_LOOP_LABEL.match(line) for line in code)
+    return total * (64 if loops else 1)
 
 
 def warps_thread_index(kernel: Any) -> bool:

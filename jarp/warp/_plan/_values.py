@@ -123,6 +123,10 @@ class Plan:
             (`_races.race_blocker`), and runs forward with one thread per block, unchecked: its CPU launch may be
             split into index ranges run concurrently. Derived from the rest (never described; a rebuilt plan
             recomputes it); False for callables and adjoints, whose kernels accumulate with atomics.
+        private: where the launch is not race-free only because it accumulates into output or in-out arrays
+            (`_races.plan_private`), each such result buffer with its combination (``(result index, "add")``; also
+            ``"min"``, ``"max"``): a split CPU launch gives each index range a zeroed copy of them and combines the
+            copies after. Derived like ``race_free``; empty for callables and adjoints.
         shares_cpu_state: two launches of the kernel at once would share state (it uses tiles, whose CPU scratch
             storage is one global of the module, or prints), or jarp cannot tell (`_races.sharing_blocker`);
             True for callables. Otherwise the batch slices of a CPU call may run concurrently. Derived like
@@ -150,6 +154,7 @@ class Plan:
     bounds_checked: bool = False
     partitioned: bool = False
     race_free: bool = False
+    private: tuple[tuple[int, str], ...] = ()
     shares_cpu_state: bool = True
 
     def __post_init__(self) -> None:
