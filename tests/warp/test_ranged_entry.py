@@ -205,7 +205,7 @@ def test_a_build_its_module_has_moved_on_from() -> None:
     # an entry of unknown options (made outside load_entry_points) cannot be built once the module moved on
     unknown = wi.EntryPoints(_CPU, entry.module_exec, entry.hooks, 1)
     with pytest.raises(RuntimeError, match="changed since kernel 'generic_scale' was loaded"):
-        wi._ranged_companion(k32, unknown)
+        wi._ranged_job(k32, unknown)
 
 
 def test_the_source_is_the_one_warp_compiled() -> None:

@@ -836,9 +836,24 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
     with _WARP_LOCK:
         name = module_exec.get_kernel_mangled_name(kernel)
         companion = _ranged_by_exec.get(module_exec)
-        if companion is None:
-            companion = _ranged_companion(kernel, entry)
-            _ranged_by_exec[module_exec] = companion
+        job = None if companion is not None else _ranged_job(kernel, entry)
+    if job is not None:
+        # The compile (seconds for a large module) runs without Warp's lock, so other Warp work goes on meanwhile;
+        # two threads compiling the same object each replace it with the same file.
+        key, source, build, refused = job
+        path = _ranged_object(key, source, build, kernel.module.name) if source else ""
+        with _WARP_LOCK:
+            companion = _ranged_by_exec.get(module_exec)
+            if companion is None:
+                lookup = None
+                if source:
+                    lookup = _ranged_objects.get(key)
+                    if lookup is None:
+                        lookup = load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
+                        _ranged_objects[key] = lookup
+                companion = (lookup, refused)
+                _ranged_by_exec[module_exec] = companion
+    with _WARP_LOCK:
         lookup, refused = companion
         if name in refused:
             return 0
@@ -851,8 +866,13 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
     return address
 
 
-def _ranged_companion(kernel: wp.Kernel, entry: EntryPoints) -> tuple[Callable[[str], int] | None, dict[str, str]]:
-    """Build (or find) and load the companion object of ``entry``'s module build (under ``_WARP_LOCK``)."""
+def _ranged_job(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, str, dict[str, Any], dict[str, str]]:
+    """What to compile for the companion object of ``entry``'s module build (under ``_WARP_LOCK``).
+
+    Returns:
+        ``(key, source, build options, refused)``: the object's cache key, the source with the ranged entries
+        appended ("" when no kernel gets one), the ``build_cpu`` options and, by mangled name, why a kernel gets none.
+    """
     module = kernel.module
     module_exec = entry.module_exec
     current = module_exec.module_hash == module.get_module_hash(entry.block_dim)
@@ -867,7 +887,7 @@ def _ranged_companion(kernel: wp.Kernel, entry: EntryPoints) -> tuple[Callable[[
     source = _build_source(module, module_exec, options, current)
     appendix, refused = _ranged_appendix(source)
     if not appendix:
-        return None, refused
+        return "", "", {}, refused
     source += (
         "\n// jarp: ranged CPU entry points (jarp/warp/_upstream/_warp_internals.py, ranged_cpu_entry)\n" + appendix
     )
@@ -880,12 +900,7 @@ def _ranged_companion(kernel: wp.Kernel, entry: EntryPoints) -> tuple[Callable[[
         source,
     )
     key = hashlib.sha256(repr(identity).encode("utf-8")).hexdigest()
-    lookup = _ranged_objects.get(key)
-    if lookup is None:
-        path = _ranged_object(key, source, build, module.name)
-        lookup = load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
-        _ranged_objects[key] = lookup
-    return lookup, refused
+    return key, source, build, refused
 
 
 def _build_source(module: wp.Module, module_exec: Any, options: dict[str, Any], current: bool) -> str:
