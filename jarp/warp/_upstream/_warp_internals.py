@@ -721,7 +721,7 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
 # runtime choice of the ``wp_linear_contiguous`` specialisation) verbatim.
 
 # Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
-RANGED_TEMPLATE_VERSION = 1
+RANGED_TEMPLATE_VERSION = 2
 _RANGED_SUFFIX = "_jarp_cpu_forward_range"
 
 # The tile-storage setup opening each of Warp's CPU dispatch functions (``codegen.cpu_module_template_forward``). The
@@ -866,6 +866,9 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
     return address
 
 
+_BACKWARD_ENTRY = re.compile(r"^WP_API void (\w+)_cpu_backward\(", re.MULTILINE)
+
+
 def _ranged_job(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, str, dict[str, Any], dict[str, str]]:
     """What to compile for the companion object of ``entry``'s module build (under ``_WARP_LOCK``).
 
@@ -888,6 +891,9 @@ def _ranged_job(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, str, dict[s
     appendix, refused = _ranged_appendix(source)
     if not appendix:
         return "", "", {}, refused
+    # The companion exports only the ranged forward entries: Warp's backward entry points, made internal and
+    # unused, are dropped by the compiler with the adjoint code only they reach (about half the build).
+    source = _BACKWARD_ENTRY.sub(r"static void \1_cpu_backward(", source)
     source += (
         "\n// jarp: ranged CPU entry points (jarp/warp/_upstream/_warp_internals.py, ranged_cpu_entry)\n" + appendix
     )
@@ -1108,6 +1114,9 @@ def check_ranged_entries() -> None:
     source = module_codegen(module, "cpu", block_dim=1)
     appendix, refused = _ranged_appendix(source)
     assert refused == {}, f"the probe kernels got no ranged entry points: {refused}"
+    if module.options.get("enable_backward", True):
+        # the companion makes Warp's backward entry points internal (`_ranged_job`): they must still look so
+        assert len(_BACKWARD_ENTRY.findall(source)) == 2, "Warp's CPU backward entry points changed (_BACKWARD_ENTRY)"
     for kernel, flags in ((linear, ("true", "false")), (grid, ("false",))):
         name = kernel.get_mangled_name()
         assert f"WP_API void {ranged_entry_symbol(name)}(" in appendix, f"no ranged entry point for {kernel.key}"
