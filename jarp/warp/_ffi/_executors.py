@@ -476,10 +476,10 @@ class _CpuKernelExecutor(_KernelExecutor):
         for index, how in self.plan.private:
             slots = [k for k, (block, _, src, i, _) in enumerate(self.slots) if block == 0 and src == 1 and i == index]
             scalar = np.dtype(self.plan.results[index].dtype).name
-            if len(slots) != 1 or scalar not in _threads.PRIVATE_SCALARS:
+            if len(slots) != 1 or scalar not in _races.PRIVATE_SCALARS:
                 return []
             op = ("add", "min", "max").index(how)
-            specs.append((slots[0], op, _threads.PRIVATE_SCALARS.index(scalar), self.plan.results[index].nbytes))
+            specs.append((slots[0], op, _races.PRIVATE_SCALARS.index(scalar), self.plan.results[index].nbytes))
         return specs
 
     def _guarded(self, bounds: int, *blocks: Any) -> None:

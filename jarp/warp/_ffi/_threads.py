@@ -20,7 +20,6 @@ __all__ = [
     "MIN_TASKS",
     "MIN_WORK",
     "PRIVATE_ENV",
-    "PRIVATE_SCALARS",
     "attach",
     "cpu_private_bytes",
     "cpu_threads",
@@ -45,8 +44,6 @@ MIN_WORK = 500_000
 MIN_RANGE = 1 << 13
 # The private copies of accumulated arrays one split launch may take, by default (`set_cpu_private_bytes`).
 PRIVATE_BYTES = 64 << 20
-# The element scalars of accumulated arrays the native handler combines, by its code (`PrivateSpec.scalar`).
-PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 _lock = threading.Lock()
 _cap: int | None = None  # None: not read from the environment yet

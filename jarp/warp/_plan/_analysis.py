@@ -412,19 +412,34 @@ def race_free_blocker(
         The reason (``"line 5: wp.atomic_add"``, lines of ``source``), or None; and, when None, the calls the
         caller must resolve and follow: ``(dotted name, line)`` in order of appearance, without repeats.
     """
+    reason, _, calls = _checked(source, arrays, structs, in_function, launch_ndim, frozenset(), written)
+    return reason, calls
+
+
+def _checked(
+    source: str,
+    arrays: tuple[tuple[str, int], ...],
+    structs: tuple[str, ...],
+    in_function: bool,
+    launch_ndim: int | None,
+    accumulators: frozenset[str],
+    written: Iterable[str],
+) -> tuple[str | None, _RaceCheck | None, tuple[tuple[str, int], ...]]:
+    """One `_RaceCheck` run over ``source`` (`race_free_blocker`, `accumulation_blocker`): the reason it refused,
+    or None with the check and the calls to follow."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (TypeError, SyntaxError, ValueError):
-        return "the source does not parse", ()
+        return "the source does not parse", None, ()
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
     if fn is None:
-        return "the source defines no function", ()
+        return "the source defines no function", None, ()
     try:
-        check = _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim)
+        check = _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim, accumulators)
         check.written.update(written)
-        return None, check.run()
+        return None, check, check.run()
     except _Refused as e:
-        return str(e), ()
+        return str(e), None, ()
 
 
 # The atomics a privatised launch accumulates with, and how the per-range copies combine: a sum (``atomic_sub``
@@ -480,19 +495,10 @@ def accumulation_blocker(
     Returns:
         The reason it does not qualify, or None and what it found (`Accumulation`).
     """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return "the source does not parse", None
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
-    if fn is None:
-        return "the source defines no function", None
-    try:
-        check = _RaceCheck(fn, dict(arrays), frozenset(structs), in_function, launch_ndim, frozenset(accumulators))
-        check.written.update(w for w in written if w not in accumulators)
-        calls = check.run()
-    except _Refused as e:
-        return str(e), None
+    others = tuple(w for w in written if w not in accumulators)
+    reason, check, calls = _checked(source, arrays, structs, in_function, launch_ndim, frozenset(accumulators), others)
+    if reason is not None or check is None:
+        return reason, None
     passed = {path for _, _, path, _ in check.passes}
     for w in written:
         if w in accumulators and w not in check.accumulated and w not in check.written and w not in passed:

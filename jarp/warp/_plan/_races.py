@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import warp as wp
 
@@ -41,9 +41,39 @@ def plan_race_free(
     cooperative tiles, and a bounds-checked build runs under jarp's guard, which reports the first failed check
     of the launch (one thread at a time).
     """
-    if runs is not Runs.KERNEL or adjoint or block_dim not in (None, 1) or bounds_checked:
+    if not _splittable_launch(runs, adjoint, block_dim, bounds_checked):
         return False
     return race_blocker(target, params, len(launch_dims)) is None
+
+
+def _splittable_launch(runs: Runs, adjoint: bool, block_dim: int | None, bounds_checked: bool) -> bool:
+    """Whether a plan's launch may be split at all (`plan_race_free`, `plan_private`): a forward kernel launch with
+    one thread per block, unchecked."""
+    return runs is Runs.KERNEL and not adjoint and block_dim in (None, 1) and not bounds_checked
+
+
+class _Arrays(NamedTuple):
+    """A kernel's arrays as the proofs see them (`_kernel_arrays`)."""
+
+    arrays: tuple[tuple[str, int], ...]  # (path, ndim) of each array parameter and struct array field
+    structs: tuple[str, ...]  # the struct parameters
+    written: tuple[str, ...]  # those Warp's record sees written (`_writes`), sorted
+
+
+def _kernel_arrays(kernel: wp.Kernel, params: Sequence[ArgSpec]) -> _Arrays:
+    arrays: list[tuple[str, int]] = []
+    structs: list[str] = []
+    for spec in params:
+        if spec.is_struct:
+            structs.append(spec.name)
+            arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
+        elif spec.is_array:
+            arrays.append((spec.name, spec.warp_ndim))
+    # What Warp compiles decides what is written (`_writes`); where it sees a write that a proof does not, the
+    # proof checks that array's uses too
+    names = tuple(name for name, _ in arrays if "." not in name)
+    written = (*_writes.written_inputs(kernel, names), *_writes.written_struct_fields(kernel, tuple(structs)))
+    return _Arrays(tuple(arrays), tuple(structs), tuple(sorted(written)))
 
 
 def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int) -> str | None:
@@ -59,32 +89,19 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
         A short reason naming the construct and its line (``"line 5: wp.atomic_add"``; a called function's
         reason follows the call's), or None.
     """
-    arrays: list[tuple[str, int]] = []
-    structs: list[str] = []
-    for spec in params:
-        if spec.is_struct:
-            structs.append(spec.name)
-            arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
-        elif spec.is_array:
-            arrays.append((spec.name, spec.warp_ndim))
     if not warps_thread_index(kernel):
         return "a function named tid that is not Warp's wp.tid"
-    # What Warp compiles decides what is written (`_writes`); where it sees a write that the proof below does
-    # not, the proof checks that array's uses too, and refuses any not at the thread index
-    names = tuple(name for name, _ in arrays if "." not in name)
-    written = (*_writes.written_inputs(kernel, names), *_writes.written_struct_fields(kernel, tuple(structs)))
+    # an array Warp sees written but the proof does not is checked for uses off the thread index
+    k = _kernel_arrays(kernel, params)
     reason, calls = _analysis.race_free_blocker(
-        _warp_internals.kernel_source(kernel),
-        tuple(arrays),
-        tuple(structs),
-        launch_ndim=launch_ndim,
-        written=tuple(sorted(written)),
+        _warp_internals.kernel_source(kernel), k.arrays, k.structs, launch_ndim=launch_ndim, written=k.written
     )
     return reason or _calls_blocker(kernel.func, calls, 0)
 
 
-# The element scalars a combination of per-range copies supports (the native handler's `combine`).
-_PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+# The element scalars a combination of per-range copies supports, in the order of the native handler's scalar codes
+# (`PrivateSpec.scalar` in `_ffi/_native_handler.cpp`).
+PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
 def plan_private(
@@ -103,7 +120,7 @@ def plan_private(
     only obstacle to splitting is accumulation into output or in-out arrays of 32- or 64-bit elements
     (`private_blocker`).
     """
-    if runs is not Runs.KERNEL or adjoint or block_dim not in (None, 1) or bounds_checked or race_free:
+    if race_free or not _splittable_launch(runs, adjoint, block_dim, bounds_checked):
         return ()
     reason, accumulated = private_blocker(target, params, len(launch_dims))
     return () if reason is not None else accumulated
@@ -129,31 +146,23 @@ def private_blocker(
         ``(reason, ())`` where it cannot, else ``(None, ((array, combination), ...))`` in parameter order, the
         combination ``"add"``, ``"min"`` or ``"max"``.
     """
-    arrays: list[tuple[str, int]] = []
-    structs: list[str] = []
-    candidates: list[str] = []
-    for spec in params:
-        if spec.is_struct:
-            structs.append(spec.name)
-            arrays.extend((leaf.name, leaf.spec.warp_ndim) for leaf in spec.struct.arrays)
-        elif spec.is_array:
-            arrays.append((spec.name, spec.warp_ndim))
-            scalar = getattr(spec.scalar_type, "__name__", "") if not spec.generic else ""
-            if scalar in _PRIVATE_SCALARS:
-                candidates.append(spec.name)
+    candidates = tuple(
+        spec.name
+        for spec in params
+        if spec.is_array and not spec.generic and getattr(spec.scalar_type, "__name__", "") in PRIVATE_SCALARS
+    )
     if not candidates:
         return "no array it may accumulate into", ()
     if not warps_thread_index(kernel):
         return "a function named tid that is not Warp's wp.tid", ()
-    names = tuple(name for name, _ in arrays if "." not in name)
-    written = (*_writes.written_inputs(kernel, names), *_writes.written_struct_fields(kernel, tuple(structs)))
+    k = _kernel_arrays(kernel, params)
     reason, found = _analysis.accumulation_blocker(
         _warp_internals.kernel_source(kernel),
-        tuple(arrays),
-        tuple(structs),
-        tuple(candidates),
+        k.arrays,
+        k.structs,
+        candidates,
         launch_ndim=launch_ndim,
-        written=tuple(sorted(written)),
+        written=k.written,
     )
     if reason is not None or found is None:
         return reason or "unknown", ()
