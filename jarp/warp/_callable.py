@@ -193,10 +193,11 @@ class JaxCallable(AbstractWarpModule):
         if len(args) != sig.num_inputs:
             names = ", ".join(p.name for p in sig.inputs) or "none"
             raise TypeError(f"{what} takes {sig.num_inputs} input(s) ({names}), got {len(args)}.")
+        _geometry_calls.check_places(params, args, what, kernel=False)
         if self.enable_backward:
             names = tuple(name for name, _ in params)
             args = _geometry_calls.guard_gradients(args, names, _geometry_calls.CALLABLE_DROPS, what)
-        groups, xparams, xargs = _geometry_calls.expand(params, args, what, kernel=False)
+        groups, xparams, xargs = _geometry_calls.expand(params, args)
         dims = self._output_dims(options, what)
         if dims is None and sig.outputs:
             # the default stays the first array input's Warp shape among the caller's arguments, not a structure's
@@ -206,7 +207,7 @@ class JaxCallable(AbstractWarpModule):
             spec = next(spec for spec in sig.inputs if spec.is_array)
             dims = tuple(np.shape(first)[: spec.warp_ndim])
         inner = structure_callable(
-            _geometry_calls.launcher(target, groups, xparams, None),
+            _geometry_calls.Launcher(target, groups, xparams),
             num_outputs=self.num_outputs,
             in_out_argnames=self.in_out_argnames,
             output_dims=dims,

@@ -67,7 +67,8 @@ class AbstractStructure(eqx.Module):
         options = tuple(
             (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata.get("static", False)
         )
-        return Recipe(type(self), tuple(name for name, _, _ in self.operands()), options)
+        present = tuple(name for name, _ in self._array_fields if getattr(self, name) is not None)
+        return Recipe(type(self), present, options)
 
     @abc.abstractmethod
     def _cast(self, name: str, value: Any) -> jax.Array:

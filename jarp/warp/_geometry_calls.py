@@ -37,7 +37,7 @@ def has_structures(args: tuple[Any, ...]) -> bool:
     return any(isinstance(a, AbstractStructure) for a in args)
 
 
-class _Launcher(eqx.Module):
+class Launcher(eqx.Module):
     """The function of the inner callable: builds the structures from their arrays, then runs the target.
 
     ``groups`` has one entry per parameter of the target: None for a parameter passed through, else the slot and
@@ -95,12 +95,12 @@ def _warp_object(built: Any) -> Any:
 
 
 def expand(
-    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], what: str, *, kernel: bool
+    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...]
 ) -> tuple[tuple[tuple[int, Recipe] | None, ...], tuple[tuple[str, Any], ...], tuple[Any, ...]]:
-    """Replace each structure argument (and its parameter) by the structure's arrays.
+    """Replace each structure argument (and its parameter) by the structure's arrays (places checked: `check_places`).
 
     Returns:
-        ``(groups, params, args)`` for a `_Launcher` and its call.
+        ``(groups, params, args)`` for a `Launcher` and its call.
     """
     groups: list[tuple[int, Recipe] | None] = []
     new_params: list[tuple[str, Any]] = []
@@ -113,7 +113,6 @@ def expand(
             if i < len(args):
                 new_args.append(value)
             continue
-        check_place(name, warp_type, value, what, kernel=kernel)
         recipe = value.recipe()
         groups.append((i, recipe))
         for field, array, field_type in value.operands():
@@ -122,23 +121,25 @@ def expand(
     return tuple(groups), tuple(new_params), tuple(new_args)
 
 
-def check_place(name: str, warp_type: Any, value: Any, what: str, *, kernel: bool) -> None:
-    """Refuse a structure given for a parameter that does not take one (a kernel takes its id as ``wp.uint64``)."""
-    if not isinstance(value, AbstractStructure):
-        return
-    cls = type(value).__name__
-    if kernel and warp_type is not wp.uint64:
-        raise TypeError(
-            f"{what}: argument {name!r} is a jarp.warp.{cls}, but the kernel takes a "
-            f"{getattr(warp_type, '__name__', warp_type)} there; a structure goes where the kernel takes its id: "
-            f"annotate the parameter wp.uint64 and query it with Warp's {cls.lower()} builtins."
-        )
-    if not kernel and warp_type is not value.warp_type:
-        raise TypeError(
-            f"{what}: argument {name!r} is a jarp.warp.{cls}, but the function's parameter is annotated "
-            f"{getattr(warp_type, '__name__', warp_type)}; annotate it wp.{cls} (the function then receives the "
-            "Warp object built inside the call)."
-        )
+def check_places(params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], what: str, *, kernel: bool) -> None:
+    """Refuse a structure given for a parameter that does not take one: a kernel takes its id as ``wp.uint64``, a
+    function the Warp object (annotated ``wp.Mesh``...)."""
+    for (name, warp_type), value in zip(params, args, strict=False):
+        if not isinstance(value, AbstractStructure):
+            continue
+        cls = type(value).__name__
+        if kernel and warp_type is not wp.uint64:
+            raise TypeError(
+                f"{what}: argument {name!r} is a jarp.warp.{cls}, but the kernel takes a "
+                f"{getattr(warp_type, '__name__', warp_type)} there; a structure goes where the kernel takes its "
+                f"id: annotate the parameter wp.uint64 and query it with Warp's {cls.lower()} builtins."
+            )
+        if not kernel and warp_type is not value.warp_type:
+            raise TypeError(
+                f"{what}: argument {name!r} is a jarp.warp.{cls}, but the function's parameter is annotated "
+                f"{getattr(warp_type, '__name__', warp_type)}; annotate it wp.{cls} (the function then receives the "
+                "Warp object built inside the call)."
+            )
 
 
 def guard_gradients(
@@ -172,11 +173,6 @@ def guard_gradients(
                 lambda s, c=tuple(changes): tuple(getattr(s, f) for f in c), a, tuple(changes.values())
             )
     return tuple(out)
-
-
-def kernel_drops(kernel: wp.Kernel) -> tuple[_geometry_adjoints.Drop, ...]:
-    """Where Warp's adjoint of ``kernel`` drops a structure's gradient (`_geometry_adjoints.dropped`)."""
-    return _geometry_adjoints.dropped(kernel)
 
 
 # A function's kernels are seen only when they run (the taped replay checks meshes); a volume's values never have a
@@ -218,16 +214,6 @@ def _refuse_gradient(x: jax.Array, message: str) -> jax.Array:
 
     identity.defvjp(fwd, bwd)
     return identity(x)
-
-
-def launcher(
-    target: Any,
-    groups: tuple[tuple[int, Recipe] | None, ...],
-    params: tuple[tuple[str, Any], ...],
-    launch: tuple[tuple[int, ...], int, int | None] | None,
-) -> _Launcher:
-    """The function of the inner callable (compared by value: equal calls share one plan)."""
-    return _Launcher(target, groups, params, launch)
 
 
 def output_dims(results: Any, outputs: Any) -> Mapping[str, tuple[int, ...]] | None:

@@ -22,7 +22,17 @@ from ._base import (
 from ._callable import structure_callable
 from ._ffi import _executors
 from ._options import JaxKernelOptions
-from ._plan import _analysis, _dims, _geometry_variants, _launch_checks, _names, _preload, _runtime_scalars, _writes
+from ._plan import (
+    _analysis,
+    _dims,
+    _geometry_adjoints,
+    _geometry_variants,
+    _launch_checks,
+    _names,
+    _preload,
+    _runtime_scalars,
+    _writes,
+)
 from ._plan._binding import BoundCall, bind_arguments, warp_dtypes
 from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature
@@ -241,8 +251,7 @@ class JaxKernel(AbstractWarpModule):
         target = self._resolve(placeholders)
         what = self._describe(target)
         sig = self._signature(target)
-        for (name, warp_type), value in zip(_warp_internals.kernel_params(target), args, strict=False):
-            _geometry_calls.check_place(name, warp_type, value, what, kernel=True)
+        _geometry_calls.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
         bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)
         _check_writes(target, sig, _WHAT)
         fields = [n for n in bound.runtime_scalars if "." in n]
@@ -264,12 +273,12 @@ class JaxKernel(AbstractWarpModule):
             # Warp's mesh builtins drop the vertex gradient: the variant reads the vertices as arrays instead
             target = _geometry_variants.vertex_reads(target)
             names = tuple(spec.name for spec in sig.inputs)
-            args = _geometry_calls.guard_gradients(args, names, _geometry_calls.kernel_drops(target), what)
+            args = _geometry_calls.guard_gradients(args, names, _geometry_adjoints.dropped(target), what)
         params = _warp_internals.kernel_params(target)
-        groups, xparams, xargs = _geometry_calls.expand(params, args, what, kernel=True)
+        groups, xparams, xargs = _geometry_calls.expand(params, args)
         launch = (tuple(dims), len(params) - sig.num_pure_outputs, block_dim)
         inner = structure_callable(
-            _geometry_calls.launcher(target, groups, xparams, launch),
+            _geometry_calls.Launcher(target, groups, xparams, launch),
             num_outputs=sig.num_outputs,
             in_out_argnames=self.in_out_argnames,
             output_dims=_geometry_calls.output_dims(results, sig.outputs),

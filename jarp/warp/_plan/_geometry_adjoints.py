@@ -80,13 +80,13 @@ def _args(text: str) -> list[str]:
 
 def _scan(lines: Iterable[str], types: dict[str, str], params: dict[str, str], found: list[Drop]) -> None:
     lines = list(lines)
+    matches = [_CALL.match(line) for line in lines]  # the assignment of a call's result, per line
     queries: dict[str, tuple[str, str | None]] = {}
 
     def source(args: list[str]) -> str | None:
         return params.get(args[0]) if args else None
 
-    for line in lines:
-        call = _CALL.match(line)
+    for line, call in zip(lines, matches, strict=True):
         calls = [(call.group(2), _args(call.group(3)))] if call else []
         calls += [(n, _args(a)) for n, a in _ANY_CALL.findall(line) if not call or n != call.group(2)]
         for name, args in calls:
@@ -105,8 +105,7 @@ def _scan(lines: Iterable[str], types: dict[str, str], params: dict[str, str], f
     for var, (name, param) in queries.items():
         use = re.compile(rf"\b{var}\b")
         field = re.compile(rf"\(\({var}\)\.(\w+)\)")
-        for line in lines:
-            call = _CALL.match(line)
+        for line, call in zip(lines, matches, strict=True):
             if call and call.group(1) == var:
                 continue
             uses = len(use.findall(line))
