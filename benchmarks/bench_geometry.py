@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +27,9 @@ import warp as wp
 
 import jarp.warp
 from jarp.warp import _geometry_builds
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _timing
 
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
@@ -74,19 +76,7 @@ def neighbour_count(grid: wp.uint64, x: wp.array(dtype=wp.vec3), radius: float, 
 
 def interleaved(variants: dict, repeat: int) -> dict[str, float]:
     """Median seconds per call of each ``name: fn`` (no arguments), one call of each per repeat in a random order."""
-    names = list(variants)
-    for fn in variants.values():
-        fn()
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    rng = random.Random(0)
-    for _ in range(repeat):
-        order = names[:]
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            variants[name]()
-            samples[name].append(time.perf_counter() - t0)
-    return {n: statistics.median(v) for n, v in samples.items()}
+    return _timing.interleaved({name: (fn, ()) for name, fn in variants.items()}, repeat)
 
 
 def wait(out):
