@@ -142,7 +142,8 @@ class PlanInfo:
             f"  zero-filled results {self.zero_results}, aliases (operand, result) {self.aliases}, "
             f"runtime scalar operands {self.scalar_operands}",
             f"  side effect {self.has_side_effect}, CUDA-graph compatible {self.graph_compatible}, "
-            f"race-free {self.race_free}, privatised {list(self.privatised)}, concurrent slices {self.concurrent_slices}",
+            f"race-free {self.race_free}, privatised {list(self.privatised)}, "
+            f"concurrent slices {self.concurrent_slices}",
             *(f"  {p}" for p in self.params),
         ]
         return "\n".join(lines)

@@ -233,7 +233,8 @@ class LaunchDescriptor:
             gave both the same buffer.
         private: ``(slot, combination, scalar, bytes)`` of each accumulated result a split launch gives every work
             item a copy of (`Plan.private`): the index in ``slots`` of its pointer, 0/1/2 for sum/min/max, the
-            element scalar's code (`_threads.PRIVATE_SCALARS`) and the bytes of one batch slice. Needs ``range_entry``.
+            element scalar's code (its index in `_races.PRIVATE_SCALARS`) and the bytes of one batch slice. Needs
+            ``range_entry``.
         measured: (CPU, with ``range_entry``) let the handler time the launch's first whole runs, so that a launch
             with few tasks but a long run splits (the work threshold of `_threads`).
         work: (CPU) a static estimate of one slice's work (threads times statements per thread,

@@ -12,9 +12,12 @@ The flow, one file a step:
 4. What a kernel does, judged by the code Warp compiles: `_names` (names resolved as Warp resolves them, the
    branches it folds, the compiled source), `_writes` (which inputs and struct fields it writes: Warp's own
    read/write record completed by the resolver), `_analysis` (which outputs it overwrites, which arrays it indexes
-   with its thread index; whether its threads touch only their own elements), `_races` (that proof followed into
-   the ``@wp.func`` bodies it calls: whether a CPU launch may be split across threads), `_runtime_scalars` (the kernel variants that read runtime values, and the
-   bounds-checked build), `_static_keys`, `_preload`.
+   with its thread index; whether its threads touch only their own elements, or only accumulate into shared ones),
+   `_races` (those proofs followed into the ``@wp.func`` bodies it calls: whether a CPU launch may be split across
+   threads, with private copies of what it accumulates; its estimated work), `_runtime_scalars` (the kernel
+   variants that read runtime values, and the bounds-checked build), `_geometry_adjoints` (which reads of a Warp
+   structure lose their gradient in Warp's adjoint), `_geometry_variants` (the variant reading mesh vertices as
+   arrays), `_static_keys`, `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
 6. `_describe`: a plan's content description (canonical text, nothing process-local) for compiled programs
    that outlive the process, and the plan rebuilt from it in another process (checked as untrusted input).

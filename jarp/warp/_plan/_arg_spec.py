@@ -149,8 +149,8 @@ def _unsupported_advice(warp_type: Any) -> str:
         )
     if name in ("Mesh", "Volume", "Bvh", "HashGrid"):
         return (
-            f"a kernel takes a wp.{name} by its id: annotate the parameter as wp.uint64 and pass a jarp.warp.{name}(...) "
-            "pytree (built inside the call) or the object's .id"
+            f"a kernel takes a wp.{name} by its id: annotate the parameter as wp.uint64 and pass a "
+            f"jarp.warp.{name}(...) pytree (built inside the call) or the object's .id"
         )
     if warp_type is wp.handle:
         return "annotate an object id as wp.uint64 and pass the object's .id"

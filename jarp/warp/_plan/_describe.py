@@ -228,7 +228,8 @@ def _kernel_not_describable(plan: Plan) -> str | None:
 
 
 def _callable_not_describable(func: Any) -> str | None:
-    # A nested function reaches the plan wrapped for comparison by value (`_value_callables._ValueFunction`): name the function.
+    # A nested function reaches the plan wrapped for comparison by value (`_value_callables._ValueFunction`): name
+    # the function.
     wrapped = getattr(func, "__wrapped__", None)
     if isinstance(wrapped, types.FunctionType) and not isinstance(func, types.FunctionType):
         reason = _callable_not_describable(wrapped)
