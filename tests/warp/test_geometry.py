@@ -348,6 +348,13 @@ def test_derivative_rules_are_not_silently_skipped_for_a_call_with_structures() 
         module(Mesh(points=POINTS, indices=FACES), ORIGINS)
 
 
+def test_a_structure_for_a_function_parameter_of_another_type_names_the_annotation() -> None:
+    module = jax_callable(kg.depth_function)
+    mesh = Mesh(points=POINTS, indices=FACES)
+    with pytest.raises(TypeError, match=r"argument 'origins' is a jarp\.warp\.Mesh.*annotate it wp\.Mesh"):
+        module(mesh, mesh)
+
+
 def test_a_structure_where_the_kernel_takes_no_id_names_the_parameter() -> None:
     mesh = Mesh(points=POINTS, indices=FACES)
     with pytest.raises(TypeError, match=r"argument 'origins' is a jarp\.warp\.Mesh.*annotate the parameter wp\.uint64"):
