@@ -9,11 +9,13 @@ The Python launch path (``JARP_LAUNCH=python``) runs everything on the calling t
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
@@ -248,6 +250,67 @@ def test_a_batched_race_free_launch_splits_slices_and_ranges(restore_threads: No
     assert _bits(one) == _bits(many)
     assert pooled == (1 if NATIVE else 0)
     assert items > 2 if NATIVE else items == 0  # more items than slices: each slice split too
+
+
+# -- lingering helpers: a helper that ran out of items joins the next call --
+
+
+@pytest.fixture
+def linger(restore_threads: None) -> Iterator[Callable[[int], None]]:
+    def set_linger(ns: int) -> None:
+        _threads.LINGER_NS = ns
+        _threads._push()
+
+    before = _threads.LINGER_NS
+    yield set_linger
+    set_linger(before)
+
+
+def _joins() -> int:
+    native = _native.active()
+    return native.pool_stats()[2] if native is not None else 0
+
+
+@pytest.mark.skipif(not NATIVE, reason="the Python launch path runs every launch on the calling thread")
+def test_a_lingering_helper_joins_the_next_call_and_changes_no_bit(linger: Callable[[int], None]) -> None:
+    rng = np.random.default_rng(11)
+    x = jnp.asarray(rng.standard_normal(4 * _threads.MIN_RANGE), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(4 * _threads.MIN_RANGE), jnp.float32)
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(lambda x: kernel(x, w)[0])
+    jw.set_cpu_threads(1)
+    one = _bits(np.asarray(jax.block_until_ready(f(x))))
+    jw.set_cpu_threads(0)
+    linger(50_000_000)  # 50 ms: back-to-back calls are well within it, even on a loaded machine
+    before = _joins()
+    for _ in range(5):
+        assert _bits(np.asarray(jax.block_until_ready(f(x)))) == one
+    assert _joins() > before
+    linger(0)  # lingering helpers read the setting at every check: they stop at once
+    time.sleep(0.05)
+    before = _joins()
+    for _ in range(3):
+        assert _bits(np.asarray(jax.block_until_ready(f(x)))) == one
+    assert _joins() == before  # no linger: every helper is a fresh pool task
+
+
+@pytest.mark.skipif(not NATIVE, reason="the Python launch path runs every launch on the calling thread")
+def test_calls_from_several_threads_share_lingering_helpers_correctly(linger: Callable[[int], None]) -> None:
+    # Concurrent calls take the open slot from each other; each must still run every item exactly once.
+    rng = np.random.default_rng(12)
+    xs = [jnp.asarray(rng.standard_normal(3 * _threads.MIN_RANGE + k), jnp.float32) for k in range(4)]
+    kernel = jw.jax_kernel(relax)
+    f = jax.jit(lambda x: kernel(x, jnp.ones_like(x))[0])
+    jw.set_cpu_threads(1)
+    expected = [_bits(np.asarray(jax.block_until_ready(f(x)))) for x in xs]
+    jw.set_cpu_threads(0)
+    linger(5_000_000)
+
+    def run(k: int) -> bool:
+        return all(_bits(np.asarray(jax.block_until_ready(f(xs[k])))) == expected[k] for _ in range(10))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(run, range(4)))
 
 
 # -- kernels that must stay on one thread --

@@ -44,7 +44,7 @@ def restore_settings() -> Iterator[None]:
 
 def _stats() -> tuple[int, int]:
     native = _native.active()
-    return native.pool_stats() if native is not None else (0, 0)
+    return native.pool_stats()[:2] if native is not None else (0, 0)
 
 
 def _run(f, *args, threads: int) -> tuple[list[np.ndarray], int, int]:

@@ -367,7 +367,7 @@ class NativeHandler:
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, _I64, _I64, _P)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
         self._python_calls = ctypes.CFUNCTYPE(_I64)(self._symbols["jarp_python_calls"])
-        self._set_threads = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64, _I64, _I64)(
+        self._set_threads = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64, _I64, _I64, _I64)(
             self._symbols["jarp_set_threads"]
         )
         self._pool_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(_I64))(self._symbols["jarp_pool_stats"])
@@ -478,17 +478,25 @@ class NativeHandler:
         self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string, cuda_memcpy)
 
     def set_threads(
-        self, max_threads: int, min_tasks: int, min_range: int, min_cost_ns: int, item_ns: int, private_cap: int
+        self,
+        max_threads: int,
+        min_tasks: int,
+        min_range: int,
+        min_cost_ns: int,
+        item_ns: int,
+        private_cap: int,
+        linger_ns: int,
     ) -> None:
-        """Set the CPU thread cap (0: XLA's pool size), the thresholds of pool dispatch and the private copies' cap
-        (see `_threads`)."""
-        self._set_threads(max_threads, min_tasks, min_range, min_cost_ns, item_ns, private_cap)
+        """Set the CPU thread cap (0: XLA's pool size), the thresholds of pool dispatch, the private copies' cap and
+        how long an idle helper waits for the next call (see `_threads`)."""
+        self._set_threads(max_threads, min_tasks, min_range, min_cost_ns, item_ns, private_cap, linger_ns)
 
-    def pool_stats(self) -> tuple[int, int]:
-        """``(calls run on XLA's pool, work items they ran)`` since the handler was loaded (tests, inspection)."""
-        out = (_I64 * 2)()
+    def pool_stats(self) -> tuple[int, int, int]:
+        """``(calls run on XLA's pool, work items they ran, calls a lingering helper joined)`` since the handler
+        was loaded (tests, inspection)."""
+        out = (_I64 * 3)()
         self._pool_stats(out)
-        return out[0], out[1]
+        return out[0], out[1], out[2]
 
     def publish(self, handle: int, slot: int, descriptor: LaunchDescriptor) -> bool:
         """Publish the descriptor of (``handle``, device ``slot``); False if the table cannot hold it."""

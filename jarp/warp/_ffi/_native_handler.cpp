@@ -177,9 +177,14 @@ int64_t g_min_range = 1 << 13;
 int64_t g_min_cost_ns = 200000;
 int64_t g_item_ns = 20000;
 int64_t g_private_cap = int64_t(64) << 20;
-// Counters for tests and inspection: calls run as several work items on the pool, and work items run in all.
+// A helper that runs out of items waits up to g_linger_ns for the next split call before it gives its pool thread
+// back (see linger).
+int64_t g_linger_ns = 100000;
+// Counters for tests and inspection: calls run as several work items on the pool, work items run in all, and
+// calls a lingering helper joined.
 int64_t g_pool_calls;
 int64_t g_pool_items;
+int64_t g_pool_joins;
 
 // ---- the per-executable state: a plan handle and the lease that keeps it registered ----
 
@@ -316,7 +321,8 @@ struct Work {
   FpState fp;
   int64_t next;   // the next unclaimed item
   int64_t done;   // items finished
-  int64_t users;  // the caller and the helpers not yet finished with this object
+  int64_t users;  // the caller, the helpers not yet finished with this object, and the open slot (see g_open)
+  int64_t seats;  // helpers that may still join (the call's thread cap less one)
   // Privatised launches (Plan.private): range 0 of each slice accumulates into the results themselves, every other
   // range into its own copies (item_bytes each, in `scratch`); then `ncombine` combine items (nchunks per slice, by
   // element) add the copies into the results, once every range is done.
@@ -470,15 +476,106 @@ void let_go(Work* w) {
   if (__atomic_sub_fetch(&w->users, 1, __ATOMIC_ACQ_REL) == 0) free(w);
 }
 
-void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads, without the GIL
-  Work* w = static_cast<Work*>(data);
+// Run items of `w` on this helper thread if the call still has a seat for a helper and unclaimed items.
+void join(Work* w) {
+  if (__atomic_sub_fetch(&w->seats, 1, __ATOMIC_ACQ_REL) < 0) return;  // the call has the threads it may use
   if (__atomic_load_n(&w->next, __ATOMIC_RELAXED) < w->nitems + w->ncombine) {
     FpState saved = FpState::get();
     w->fp.set();
     claim_items(w);
     saved.set();
   }
+}
+
+// ---- lingering helpers ----
+//
+// Waking a sleeping pool thread takes 0.1 to 0.25 ms on a virtual machine (the idle virtual CPU must be scheduled
+// again), as long as a whole FEM launch over 1e4 elements. So a helper that runs out of items stays on its pool
+// thread up to g_linger_ns, spinning (and yielding its core to anything else runnable), and joins the next split
+// call if one opens meanwhile: calls in quick succession (the energy and gradient launches of one value_and_grad,
+// the iterations of a solver or a training loop) start on every core at once. OpenMP runtimes do the same
+// (OMP_WAIT_POLICY, KMP_BLOCKTIME). A call opens itself (g_open) for its whole claiming and counts the helpers
+// lingering when it opens, scheduling that many fewer pool tasks; the lock makes a helper that stops lingering
+// either see the call or be left out of that count.
+int g_open_lock;
+Work* g_open;           // the open call (one reference in `users`), or none
+int64_t g_open_serial;  // calls opened so far: a lingering helper joins each at most once
+int64_t g_lingering;    // helpers lingering now (not running a call's items)
+
+void lock_open() {
+  while (__atomic_exchange_n(&g_open_lock, 1, __ATOMIC_ACQUIRE) != 0) {
+    while (__atomic_load_n(&g_open_lock, __ATOMIC_RELAXED) != 0) sched_yield();
+  }
+}
+
+void unlock_open() { __atomic_store_n(&g_open_lock, 0, __ATOMIC_RELEASE); }
+
+// Open `w` to lingering helpers; returns how many were lingering (they count as helpers already on their way).
+int64_t open_call(Work* w) {
+  __atomic_add_fetch(&w->users, 1, __ATOMIC_RELAXED);  // the open slot's reference
+  lock_open();
+  Work* previous = g_open;
+  g_open = w;
+  ++g_open_serial;
+  int64_t lingering = g_lingering;
+  unlock_open();
+  if (previous != nullptr) let_go(previous);  // a concurrent call's slot, taken over
+  return lingering;
+}
+
+void close_call(Work* w) {
+  lock_open();
+  bool mine = g_open == w;
+  if (mine) g_open = nullptr;
+  unlock_open();
+  if (mine) let_go(w);
+}
+
+// Wait up to g_linger_ns (read at every check, so a new setting takes effect at once) for calls to join; return
+// once none opened for that long.
+void linger() {
+  if (__atomic_load_n(&g_linger_ns, __ATOMIC_RELAXED) <= 0) return;
+  lock_open();
+  int64_t seen = g_open_serial;  // the call open now (if any) is the one this helper just ran, or full
+  ++g_lingering;
+  unlock_open();
+  int64_t since = now_ns();
+  for (;;) {
+    bool expired = now_ns() - since >= __atomic_load_n(&g_linger_ns, __ATOMIC_RELAXED);
+    Work* w = nullptr;
+    if (expired || __atomic_load_n(&g_open_serial, __ATOMIC_RELAXED) != seen) {
+      lock_open();
+      if (g_open != nullptr && g_open_serial != seen) {
+        w = g_open;
+        __atomic_add_fetch(&w->users, 1, __ATOMIC_RELAXED);
+        --g_lingering;
+      } else if (expired) {
+        --g_lingering;
+        unlock_open();
+        return;
+      }
+      seen = g_open_serial;  // joined, or opened and closed meanwhile
+      unlock_open();
+    }
+    if (w == nullptr) {
+      sched_yield();
+      continue;
+    }
+    __atomic_add_fetch(&g_pool_joins, 1, __ATOMIC_RELAXED);
+    join(w);
+    let_go(w);
+    lock_open();
+    ++g_lingering;
+    unlock_open();
+    since = now_ns();
+  }
+}
+
+void helper_task(void* data) {  // an XLA_FFI_Task: runs on one of XLA's threads, without the GIL
+  Work* w = static_cast<Work*>(data);
+  join(w);
   let_go(w);
+  linger();
 }
 
 // How many threads a CPU call may use: 1 unless it may run concurrently and is large enough to be worth it.
@@ -558,7 +655,12 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
     }
     if (d->tasks >= 2 * min_range) {
       // Several items per thread: a helper the machine deschedules mid-item holds the caller for one item only.
-      int64_t want = (8 * threads + d->nslices - 1) / d->nslices;
+      // A long race-free launch gets items of about kBalanceNs (more than 8 per thread), so that cores of unequal
+      // speed (a shared machine) finish within that of each other; claiming an item costs well under a microsecond.
+      constexpr int64_t kBalanceNs = 1000000;
+      int64_t items = 8 * threads;
+      if (d->nprivate == 0 && measured_cost(d) / kBalanceNs > items) items = measured_cost(d) / kBalanceNs;
+      int64_t want = (items + d->nslices - 1) / d->nslices;
       int64_t most = d->tasks / min_range;
       nranges = want < most ? want : most;
       if (item_bytes > 0) {
@@ -614,10 +716,14 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
   w->fp = FpState::get();
   w->next = 0;
   w->done = 0;
-  int64_t helpers = (threads < nitems ? threads : nitems) - 1;
-  w->users = 1 + helpers;
+  int64_t seats = (threads < nitems ? threads : nitems) - 1;
+  w->seats = seats;
+  w->users = 1;
   __atomic_fetch_add(&g_pool_calls, 1, __ATOMIC_RELAXED);
   __atomic_fetch_add(&g_pool_items, nitems, __ATOMIC_RELAXED);
+  int64_t lingering = open_call(w);
+  int64_t helpers = seats > lingering ? seats - lingering : 0;
+  __atomic_add_fetch(&w->users, helpers, __ATOMIC_RELAXED);
   for (int64_t h = 0; h < helpers; ++h) {
     XLA_FFI_ThreadPool_Schedule_Args sched;
     sched.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
@@ -637,6 +743,7 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
     }
   }
   claim_items(w);
+  close_call(w);
   // Every item is claimed; wait for the ones helpers are still running (their results are this call's). The copies
   // were combined into the results in range order, element by element: deterministic for a given split (minimum,
   // maximum and integer sums exact; float sums within rounding of one thread's order).
@@ -868,19 +975,21 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
 // Cap jarp's CPU threads per call (0: XLA's pool size; 1: the calling thread only) and set the thresholds below
 // which a call stays on the calling thread (tasks in all) and a launch is not split (tasks per index range).
 void jarp_set_threads(int64_t max_threads, int64_t min_tasks, int64_t min_range, int64_t min_cost_ns,
-                      int64_t item_ns, int64_t private_cap) {
+                      int64_t item_ns, int64_t private_cap, int64_t linger_ns) {
   __atomic_store_n(&g_max_threads, max_threads, __ATOMIC_RELAXED);
   __atomic_store_n(&g_min_tasks, min_tasks, __ATOMIC_RELAXED);
   __atomic_store_n(&g_min_range, min_range < 1 ? 1 : min_range, __ATOMIC_RELAXED);
   __atomic_store_n(&g_min_cost_ns, min_cost_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&g_item_ns, item_ns < 1 ? 1 : item_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&g_private_cap, private_cap, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_linger_ns, linger_ns, __ATOMIC_RELAXED);
 }
 
 // The counters of calls run on the pool and of the work items they ran (both since the handler was loaded).
 void jarp_pool_stats(int64_t* out) {
   out[0] = __atomic_load_n(&g_pool_calls, __ATOMIC_RELAXED);
   out[1] = __atomic_load_n(&g_pool_items, __ATOMIC_RELAXED);
+  out[2] = __atomic_load_n(&g_pool_joins, __ATOMIC_RELAXED);
 }
 
 // Interpreter exit: refuse the Python callback from now on; the number of calls still inside it.

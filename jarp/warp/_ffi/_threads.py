@@ -15,6 +15,7 @@ from collections.abc import Callable
 __all__ = [
     "ENV",
     "ITEM_NS",
+    "LINGER_NS",
     "MIN_COST_NS",
     "MIN_RANGE",
     "MIN_TASKS",
@@ -44,11 +45,15 @@ MIN_WORK = 500_000
 MIN_RANGE = 1 << 13
 # The private copies of accumulated arrays one split launch may take, by default (`set_cpu_private_bytes`).
 PRIVATE_BYTES = 64 << 20
+# A helper that ran out of items waits this long for the next split call before it gives its pool thread back:
+# waking a sleeping pool thread takes 0.1 to 0.25 ms on a virtual machine, as long as a FEM launch over 1e4
+# elements, so calls in quick succession would each wait for it (``linger`` in the handler).
+LINGER_NS = 100_000
 
 _lock = threading.Lock()
 _cap: int | None = None  # None: not read from the environment yet
 _private: int | None = None
-_sinks: list[Callable[[int, int, int, int, int, int], None]] = []
+_sinks: list[Callable[[int, int, int, int, int, int, int], None]] = []
 
 
 _THREADS_MEANING = "0: every thread of XLA's CPU pool; 1: the calling thread only"
@@ -175,8 +180,8 @@ def set_cpu_private_bytes(n: int) -> None:
     _push()
 
 
-def _settings() -> tuple[int, int, int, int, int, int]:
-    return (cpu_threads(), MIN_TASKS, MIN_RANGE, MIN_COST_NS, ITEM_NS, cpu_private_bytes())
+def _settings() -> tuple[int, int, int, int, int, int, int]:
+    return (cpu_threads(), MIN_TASKS, MIN_RANGE, MIN_COST_NS, ITEM_NS, cpu_private_bytes(), LINGER_NS)
 
 
 def _push() -> None:
@@ -187,7 +192,7 @@ def _push() -> None:
         sink(*settings)
 
 
-def attach(sink: Callable[[int, int, int, int, int, int], None]) -> None:
+def attach(sink: Callable[[int, int, int, int, int, int, int], None]) -> None:
     """Give ``sink`` (a loaded handler's ``set_threads``) the settings now and on every change."""
     settings = _settings()
     with _lock:
