@@ -1,0 +1,30 @@
+"""The built wheel: what an installed jarp needs besides its Python modules.
+
+The native handler and its guard are compiled on the user's machine at first use (by the Clang in the warp-lang
+wheel), so their C++ sources must ship; ``py.typed`` marks the package as typed (PEP 561), as its classifier says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_ships_py_typed_and_the_native_sources(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("jarp-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "jarp/py.typed" in names
+    assert {"jarp/warp/_ffi/_native_handler.cpp", "jarp/warp/_ffi/_guard.cpp"} <= names
+    assert (
+        "Classifier: Typing :: Typed"
+        in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    )
