@@ -7,11 +7,14 @@ The cases, each a jitted jarp call on the CPU:
 - ``single-light``: the same with a memory-bound kernel (one multiply-add per element), for honesty;
 - ``fem-1e5``, ``fem-1e4``: the FEM benchmark's energy + gradient (``examples/hyperelastic.py``'s Stable
   Neo-Hookean kernels, float64, scattering into the vertices with ``wp.atomic_add`` as written) on beams of 100,386
-  and 9,936 tetrahedra: split with private copies of the accumulated arrays (timed over 3 and 10 consecutive calls:
-  a solver calls them back to back);
+  and 9,936 tetrahedra: split with private copies of the accumulated arrays (timed over 10 and 50 consecutive calls:
+  a solver calls them back to back; the first call after the cores were idle also waits for a helper to wake);
 - ``neighbours``: a per-particle loop over all 10,000 particles (a cutoff pair energy): few, long threads, split by
   the measured cost of a launch (the work threshold);
-- ``small``: one launch over 1,000 elements (below the pool threshold: its time must not move).
+- ``small``: one launch over 1,000 elements (below the pool threshold: its time must not move);
+- ``capacity``: a probe of what the cores give together for pure arithmetic (eight independent multiply-add chains
+  per thread, no memory traffic), to read the other rows against: on a shared machine, two virtual CPUs need not be
+  two independent cores at every moment.
 
 Each of ``--rounds`` child processes times every case in several modes, interleaved call by call in random order
 (a shared machine's speed drifts within seconds, so comparing separate processes would compare moments): on every
@@ -40,7 +43,7 @@ import subprocess
 import sys
 import time
 
-CASES = ("vmapped", "single", "single-light", "fem-1e5", "fem-1e4", "neighbours", "small")
+CASES = ("vmapped", "single", "single-light", "fem-1e5", "fem-1e4", "neighbours", "small", "capacity")
 # Cases whose threaded result may differ from one thread's by rounding (sums combined from private copies).
 ROUNDED = ("fem-1e5", "fem-1e4")
 TARGETS = {"vmapped": 0.6, "single": 0.6, "fem-1e5": 0.6, "fem-1e4": 0.7, "neighbours": 0.6}
@@ -107,7 +110,19 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
                 s += (cutoff - r) * (cutoff - r)
         e[i] = s
 
+    @wp.kernel
+    def chains(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+        i = wp.tid()
+        v = x[i]
+        a, b, c, d = v, v + 1.0, v + 2.0, v + 3.0
+        e, f, g, h = v + 4.0, v + 5.0, v + 6.0, v + 7.0
+        for _ in range(256):
+            a, b, c, d = a * 0.999 + 0.001, b * 0.998 + 0.002, c * 0.997 + 0.003, d * 0.996 + 0.004
+            e, f, g, h = e * 0.995 + 0.005, f * 0.994 + 0.006, g * 0.993 + 0.007, h * 0.992 + 0.008
+        out[i] = a + b + c + d + e + f + g + h
+
     heavy, light, pairs = jw.jax_kernel(relax), jw.jax_kernel(axpy), jw.jax_kernel(pair_energy)
+    throughput = jw.jax_kernel(chains)
     key = jax.random.key(0)
     inputs = {
         "vmapped": jax.random.normal(key, (16, 100_000), jnp.float32),
@@ -115,6 +130,7 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
         "single-light": jax.random.normal(key, (1_600_000,), jnp.float32),
         "small": jax.random.normal(key, (1_000,), jnp.float32),
         "neighbours": jax.random.uniform(key, (10_000, 3), jnp.float32),
+        "capacity": jax.random.normal(key, (400_000,), jnp.float32),
     }
     funcs = {
         "vmapped": jax.jit(jax.vmap(lambda x: heavy(x)[0])),
@@ -122,6 +138,7 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
         "single-light": jax.jit(lambda x: light(x)[0]),
         "small": jax.jit(lambda x: light(x)[0]),
         "neighbours": jax.jit(lambda x: pairs(x, 0.05)[0]),
+        "capacity": jax.jit(lambda x: throughput(x)[0]),
     }
     for case, cells in (("fem-1e5", (99, 13, 13)), ("fem-1e4", (46, 6, 6))):
         if case in cases:
@@ -150,7 +167,7 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
     # Calls per sample: a solver or a training loop calls the FEM energy and gradient back to back, so those cases
     # time a few consecutive calls (the steady state of a loop, helpers already awake); ``small`` is timed over many
     # calls because one is shorter than the clock's resolution allows to time well.
-    inner = {"small": 200, "fem-1e4": 10, "fem-1e5": 3}
+    inner = {"small": 200, "fem-1e4": 50, "fem-1e5": 10}
     for _ in range(repeats):
         for case, mode in random.sample(list(times), len(times)):
             _pin(*settings[mode])
