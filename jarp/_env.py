@@ -17,9 +17,7 @@ import jax
 import warp as wp
 
 import jarp
-from jarp.warp._ffi import _registry, _target, _trampoline
-
-__all__ = ["environment", "format_environment"]
+from jarp.warp._ffi import _executors, _registry, _target, _trampoline
 
 # Distributions whose versions a bug report needs, by display name (optional ones are listed only if installed).
 _PACKAGES = {
@@ -101,7 +99,7 @@ def _jarp() -> dict[str, Any]:
         "ffi_registered_before": was_registered,
         "ffi_registered": registered,
         "plans": len(_registry.registry),
-        "executors": _target.executor_count(),
+        "executors": _executors.executor_count(),
     }
 
 

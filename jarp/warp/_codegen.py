@@ -24,8 +24,6 @@ from ._plan import _launch_checks
 from ._plan._values import Runs
 from ._upstream import _warp_internals
 
-__all__ = ["CudaLaunchCheck", "CudaLaunchMismatchError", "check_cuda_launches", "compile_aot", "kernel_source"]
-
 
 def _warp_module(obj: Any, what: str) -> wp.Module:
     """The Warp module behind a `JaxKernel`, a ``wp.Kernel``, a ``wp.Module`` or a Python module."""

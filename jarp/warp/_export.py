@@ -13,8 +13,6 @@ import jax
 
 from ._ffi import _target
 
-__all__ = ["export_checks"]
-
 
 def export_checks() -> list[jax.export.DisabledSafetyCheck]:
     """The safety checks ``jax.export.export`` must skip to export functions with jarp calls.

@@ -20,6 +20,8 @@ import numpy as np
 import warp as wp
 from jaxtyping import Array, Float, Int
 
+from ._upstream import _warp_internals
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -324,14 +326,14 @@ class HashGrid(AbstractStructure):
     @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.HashGrid:
         points = arrays["points"]
-        grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=points.dtype._wp_scalar_type_)
+        grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=_warp_internals.scalar_type(points.dtype))
         grid.build(points, recipe.option("radius"))
         return grid
 
     @classmethod
     def update(cls, recipe: Recipe, built: wp.HashGrid, arrays: dict[str, wp.array]) -> bool:
         points = arrays["points"]
-        if points.dtype._wp_scalar_type_ is not built.dtype:
+        if _warp_internals.scalar_type(points.dtype) is not built.dtype:
             return False
         built.build(points, recipe.option("radius"))
         return True

@@ -18,8 +18,6 @@ from ._ffi import _executors
 from ._ffi._registry import registry
 from ._plan._values import Binding, Buffer, Param, Plan
 
-__all__ = ["BufferInfo", "ParamInfo", "PlanInfo", "list_plans"]
-
 
 @dataclasses.dataclass(frozen=True)
 class BufferInfo:

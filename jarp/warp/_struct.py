@@ -10,8 +10,6 @@ import warp as wp
 from . import types as _types
 from ._upstream import _warp_internals
 
-__all__ = ["struct"]
-
 _T = TypeVar("_T", bound=type)
 
 

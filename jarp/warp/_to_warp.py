@@ -12,9 +12,8 @@ import numpy as np
 import warp as wp
 
 from ._plan import _dtypes
+from ._upstream import _warp_internals
 from .types import _matrix_type, _vector_type
-
-__all__ = ["to_warp"]
 
 _SUPPORTED = "warp.array, numpy.ndarray, jax.Array"
 _HINT_FORMS = (
@@ -97,7 +96,12 @@ def _parse_hint(dtype: Any) -> _Hint:
     if _dtypes.is_scalar(dtype):
         return _Hint(inner=(), scalar=dtype, concrete=dtype, spec=dtype)
     if isinstance(dtype, type) and wp.types.type_is_composite(dtype):
-        return _Hint(inner=tuple(dtype._shape_), scalar=dtype._wp_scalar_type_, concrete=dtype, spec=dtype)
+        return _Hint(
+            inner=_warp_internals.vector_shape(dtype),
+            scalar=_warp_internals.scalar_type(dtype),
+            concrete=dtype,
+            spec=dtype,
+        )
     msg = f"dtype={dtype!r} is not supported; pass {_HINT_FORMS}"
     raise TypeError(msg)
 
@@ -265,9 +269,12 @@ def _dtype_fits(actual: Any, hint: _Hint) -> bool:
     if hint.inner:
         if not (wp.types.type_is_vector(actual) if len(hint.inner) == 1 else wp.types.type_is_matrix(actual)):
             return False
-        if any(want is not None and want != have for want, have in zip(hint.inner, actual._shape_, strict=True)):
+        if any(
+            want is not None and want != have
+            for want, have in zip(hint.inner, _warp_internals.vector_shape(actual), strict=True)
+        ):
             return False
-        actual = actual._wp_scalar_type_
+        actual = _warp_internals.scalar_type(actual)
     return hint.scalar is None or actual is hint.scalar
 
 

@@ -1,14 +1,17 @@
-"""The package's layout is its call flow: stages import only downwards, and nothing imports in a cycle.
+"""The package's layout is its call flow: stages import only downwards, nothing imports in a cycle.
 
 ``jarp.warp`` is split into stages (see each subpackage's docstring): the upstream stage (`_upstream`, private
 Warp/JAX/XLA names) imports nothing of jarp; the plan stage (`_plan`) imports only upstream; the FFI stage
 (`_ffi`) imports the plan stage and upstream; the JAX stage (`_jax`) imports the FFI stage and below; the
-public modules at the top import anything. Every import statement counts, also those inside functions.
+public modules at the top import anything. Every import statement counts, also those inside functions. Warp's
+private names (`warp._src`, ``_shape_``, ``_wp_scalar_type_``, ``.adj``) are read in `_upstream` only, so that a Warp
+upgrade is a change there.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +115,38 @@ def test_no_import_cycle() -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+# Warp's private names: its `warp._src` modules, the attributes of its types (``_shape_``, ``_wp_scalar_type_``...)
+# and of its kernels (``.adj``). ctypes' own ``_fields_`` is public ctypes API.
+_WARP_PRIVATE_ATTR = re.compile(r"^(_wp_\w+_|_shape_|_length_|adj)$")
+
+
+def _warp_private_uses(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and _WARP_PRIVATE_ATTR.match(node.attr):
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("warp._src"):
+            found.append(f"line {node.lineno}: from {node.module}")
+        elif isinstance(node, ast.Import):
+            found.extend(f"line {node.lineno}: import {a.name}" for a in node.names if a.name.startswith("warp._src"))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted(PACKAGE.rglob("*.py")) if "_upstream" not in p.parts], ids=lambda p: p.name
+)
+def test_warps_private_names_are_read_only_in_upstream(path: Path) -> None:
+    assert _warp_private_uses(path) == [], f"{path.relative_to(PACKAGE)}: use `_upstream._warp_internals` instead"
+
+
+def test_the_private_name_checker_sees_them(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from warp._src import codegen\nimport warp._src.types\nx = t._wp_scalar_type_, t._shape_, k.adj\n"
+    )
+    assert len(_warp_private_uses(probe)) == 5
 
 
 def test_the_checker_sees_imports() -> None:

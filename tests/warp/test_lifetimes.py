@@ -24,7 +24,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel, list_plans
-from jarp.warp._ffi import _executors, _native, _registry, _target
+from jarp.warp._ffi import _executors, _native, _registry
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
 from jarp.warp._upstream import _warp_internals
 
@@ -253,7 +253,7 @@ def test_released_plans_drop_their_executors() -> None:
     gc.collect()
     _registry.registry.release_idle()
     native = _native.active()
-    before = _target.executor_count()
+    before = _executors.executor_count()
     published = native.published() if native is not None else 0
     for i in range(1, 6):
         (y,) = jax_kernel(_make_kernel(i))(x)
@@ -265,7 +265,7 @@ def test_released_plans_drop_their_executors() -> None:
     jax.clear_caches()
     gc.collect()
     _registry.registry.release_idle()
-    assert _target.executor_count() <= before
+    assert _executors.executor_count() <= before
     if native is not None:
         assert native.published() <= published  # released plans' descriptors are withdrawn
 

@@ -22,8 +22,6 @@ import warp as wp
 from .._upstream import _warp_internals
 from . import _native
 
-__all__ = ["available", "call"]
-
 _SOURCE = importlib.resources.files(__package__).joinpath("_guard.cpp")
 _GUARD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _lock = threading.Lock()  # one jump buffer: guarded launches run one at a time

@@ -38,8 +38,6 @@ import warp as wp
 from .._upstream import _warp_internals, _xla_ffi
 from . import _threads
 
-__all__ = ["ENV", "LaunchDescriptor", "NativeHandler", "handler", "status"]
-
 ENV = "JARP_LAUNCH"
 _SOURCE = importlib.resources.files(__package__).joinpath("_native_handler.cpp")
 _MAX_BLOCK_BYTES = 1 << 16  # larger argument blocks (huge fixed-size struct values) stay on the Python path

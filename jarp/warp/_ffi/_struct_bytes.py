@@ -20,8 +20,6 @@ from .._plan._arg_checks import normalize_value
 from .._plan._struct_layout import StructLayout, StructLeaf
 from .._upstream import _warp_internals
 
-__all__ = ["adjoint_struct_bytes", "grad_pointer_slots", "make_struct_instance", "pointer_slots", "struct_bytes"]
-
 _DATA_OFFSET = _warp_internals.ArrayStruct.data.offset
 _GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
 _ARRAY_T_SIZE = ctypes.sizeof(_warp_internals.ArrayStruct)

@@ -22,19 +22,9 @@ import jax
 from .._plan import _describe
 from .._upstream import _xla_ffi
 from . import _errors, _native, _trampoline
-from ._executors import cpu_executors, executor_count, executors, get_executor
+from ._executors import cpu_executors, executors, get_executor
 from ._frame import CallError, read_description
 from ._registry import registry
-
-__all__ = [
-    "ABI_VERSION",
-    "TARGET",
-    "TARGET_NO_GRAPH",
-    "ensure_registered",
-    "executor_count",
-    "is_registered",
-    "launch_path",
-]
 
 TARGET = "jarp_warp_call"
 TARGET_NO_GRAPH = "jarp_warp_call_no_graph"

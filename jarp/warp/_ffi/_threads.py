@@ -12,22 +12,6 @@ import os
 import threading
 from collections.abc import Callable
 
-__all__ = [
-    "ENV",
-    "ITEM_NS",
-    "LINGER_NS",
-    "MIN_COST_NS",
-    "MIN_RANGE",
-    "MIN_TASKS",
-    "MIN_WORK",
-    "PRIVATE_ENV",
-    "attach",
-    "cpu_private_bytes",
-    "cpu_threads",
-    "set_cpu_private_bytes",
-    "set_cpu_threads",
-]
-
 ENV = "JARP_CPU_THREADS"
 PRIVATE_ENV = "JARP_CPU_PRIVATE_BYTES"
 # A call goes to the pool with at least this many tasks (launch threads times batch slices): below, handing

@@ -12,8 +12,6 @@ from typing import Any
 
 import jax
 
-__all__ = ["PLATFORMS", "register_target", "trampoline"]
-
 PLATFORMS = ("cpu", "CUDA")  # XLA's platform names, as `jax.ffi.register_ffi_target` takes them
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 _keepalive: list[Any] = []  # every trampoline XLA may call, for the life of the process

@@ -23,8 +23,6 @@ from .._plan import _describe, _launch_checks
 from .._plan._values import Plan, Runs
 from .._upstream import _jax_internals, _warp_internals
 
-__all__ = ["lower"]
-
 
 def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
     """Lower one ``jarp_warp_call`` to a custom call of jarp's FFI target (``config``: the primitive's `CallConfig`)."""

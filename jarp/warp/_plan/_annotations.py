@@ -34,8 +34,6 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-__all__ = ["call_factory", "function_params"]
-
 # The local variables of the factory call that created each function (weakly keyed by that function).
 _factory_scopes: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, Any]] = weakref.WeakKeyDictionary()
 _scopes_lock = threading.Lock()

@@ -217,7 +217,7 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
 
 
 def _composite_to_nested(value: Any) -> list[Any]:
-    shape = tuple(type(value)._shape_)
+    shape = _warp_internals.vector_shape(type(value))
     if len(shape) == 1:
         return [getattr(value[i], "value", value[i]) for i in range(shape[0])]
     return [[getattr(value[i, j], "value", value[i, j]) for j in range(shape[1])] for i in range(shape[0])]

@@ -183,7 +183,7 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
         if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":
             return ArgSpec(name, True, None, warp_type.ndim, (), in_out)
         if wp.types.type_is_vector(dtype) or wp.types.type_is_matrix(dtype):
-            inner = tuple(int(d) for d in dtype._shape_)
+            inner = _warp_internals.vector_shape(dtype)
         elif wp.types.type_is_value(dtype):
             inner = ()
         else:

@@ -49,8 +49,6 @@ from ._arg_spec import MAX_WARP_NDIM, ArgSpec
 from ._signature import param_spec
 from ._values import Binding, Buffer, Param, Plan, Runs
 
-__all__ = ["ABI_VERSION", "DescriptionError", "describe", "not_describable", "rebuild"]
-
 ABI_VERSION: int = 1
 """jarp's call ABI: what a description means. Bump it when the description's meaning changes."""
 

@@ -24,20 +24,6 @@ import ml_dtypes
 import numpy as np
 import warp as wp
 
-__all__ = [
-    "HALF_TYPES",
-    "SCALAR_TYPES",
-    "ctype_value",
-    "from_jax",
-    "is_float_array",
-    "is_inexact",
-    "is_scalar",
-    "overflows",
-    "scalar_of",
-    "static_float",
-    "to_numpy",
-]
-
 _TO_NUMPY: dict[Any, np.dtype] = {
     wp.bool: np.dtype(np.bool_),
     wp.int8: np.dtype(np.int8),

@@ -58,8 +58,6 @@ import warp as wp
 from .._upstream import _warp_internals
 from ._arg_spec import ArgSpec, arg_spec, array_kind_error
 
-__all__ = ["StructLayout", "StructLeaf", "is_warp_scalar", "struct_layout"]
-
 
 @dataclasses.dataclass(frozen=True)
 class StructLeaf:

@@ -18,18 +18,6 @@ from jax._src import effects as _effects
 from jax._src import mesh as _mesh
 from jax._src import util as _util
 
-__all__ = [
-    "Effect",
-    "check_internals",
-    "clear_with_jax",
-    "is_custom_vjp_forward_mode_error",
-    "register_effect",
-    "sdy_sharding_rule",
-    "sharding_devices",
-    "varying_aval",
-    "weak_cache_key_type",
-]
-
 Effect = _effects.Effect
 
 

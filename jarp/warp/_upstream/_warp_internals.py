@@ -29,9 +29,8 @@ from typing import Any, NamedTuple
 
 import warp as wp
 from warp._src import build as _build
-from warp._src.codegen import _TID_MAX_EXTENT as TID_MAX_EXTENT
+from warp._src.codegen import _TID_MAX_EXTENT, _codegen_lock
 from warp._src.codegen import Struct as _Struct
-from warp._src.codegen import _codegen_lock
 from warp._src.context import (
     _build_kernel_launch_bounds,
     _cuda_grid_blocks,
@@ -48,69 +47,6 @@ from warp._src.types import array_t as ArrayStruct
 from warp._src.types import array_types as _ARRAY_CLASSES
 from warp._src.types import concrete_array_type as _concrete_array_type
 
-__all__ = [
-    "ARRAY_KINDS",
-    "STRUCTURE_TYPES",
-    "TID_MAX_EXTENT",
-    "ArrayAccess",
-    "ArrayStruct",
-    "CodegenRecord",
-    "EntryPoints",
-    "array_access",
-    "array_kind",
-    "capture_modules",
-    "check_array_access",
-    "check_cuda_grid",
-    "check_ranged_entries",
-    "codegen_error",
-    "codegen_record",
-    "compile_aot_variant",
-    "compile_cpu_object",
-    "contiguous_array",
-    "cpu_block_error",
-    "cuda_hidden_params",
-    "cuda_launch",
-    "cuda_launch_address",
-    "cuda_launch_failure",
-    "cuda_memset",
-    "cuda_memset_address",
-    "default_cuda_arch",
-    "drop_overload",
-    "error_string_address",
-    "function_tree",
-    "is_builtin_name",
-    "is_struct_type",
-    "is_structure",
-    "is_structure_type",
-    "kernel_code_hash",
-    "kernel_params",
-    "kernel_source",
-    "launch_bounds",
-    "load_cpu_object",
-    "load_entry_points",
-    "loads_during_capture",
-    "make_kernel",
-    "module_codegen",
-    "module_loaded",
-    "overloads",
-    "ranged_cpu_entry",
-    "ranged_entry_symbol",
-    "registered_kernel",
-    "release_unloads",
-    "resolve_block_dim",
-    "runtime_core",
-    "stream_is_capturing",
-    "struct_ctype",
-    "struct_fields",
-    "struct_instance_ctype",
-    "struct_instance_type",
-    "struct_name",
-    "take_build_failures",
-    "tape_launches",
-    "warp_lock",
-    "warp_lock_held",
-]
-
 # Warp builds modules without locking: two threads loading, overloading or defining kernels at
 # once corrupt its module state (half-written cache directories, a module hash changing mid-build).
 # jarp takes this one re-entrant lock around every call that asks Warp to create, overload,
@@ -123,10 +59,11 @@ __all__ = [
 _WARP_LOCK = threading.RLock()
 # Modules whose build raised since `take_build_failures` was last called.
 _build_failures: list[str] = []
-# Warp's default block dims: CUDA runs 256 threads per block; the CPU runs one thread per
-# block unless ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative.
-_CPU_BLOCK_DIM = 1
+# Warp's default block dim on CUDA: 256 threads per block (the CPU runs one thread per block unless
+# ``wp.config.enable_cpu_blocks`` makes a requested block dim cooperative).
 CUDA_BLOCK_DIM = 256
+# The most threads a launch may have along one dim (Warp refuses more).
+TID_MAX_EXTENT = _TID_MAX_EXTENT
 
 
 def warp_lock() -> threading.RLock:
@@ -217,6 +154,16 @@ def array_kind(warp_type: Any) -> str | None:
     if not wp.types.is_array(warp_type):
         return None
     return _concrete_array_type(warp_type).__name__
+
+
+def vector_shape(dtype: Any) -> tuple[int, ...]:
+    """The shape of a Warp vector or matrix type: ``(3,)`` for ``wp.vec3``, ``(3, 3)`` for ``wp.mat33``."""
+    return tuple(int(d) for d in dtype._shape_)
+
+
+def scalar_type(dtype: Any) -> Any:
+    """The scalar type of a Warp vector or matrix type: ``wp.float64`` for ``wp.vec3d``."""
+    return dtype._wp_scalar_type_
 
 
 def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
