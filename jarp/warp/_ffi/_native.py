@@ -399,8 +399,15 @@ class NativeHandler:
         XLA may still be running computations nobody waited for (e.g. the other replicas of a replicated result,
         of which ``np.asarray`` reads one). Should one reach jarp's Python callback after CPython began
         finalizing, CPython ends that XLA worker thread inside ``PyGILState_Ensure`` (``pthread_exit``), and
-        destroying XLA's CPU client then waits for it forever. From this call on, such frames fail with an
-        error instead; the calls already inside the callback finish first (this sleeps, releasing the GIL).
+        destroying XLA's CPU client then waits for it forever: its Eigen pool shuts down only once every worker
+        has parked, so ``~PjRtCpuClient`` joins the others, parked in ``EventCount::CommitWait``, forever (the
+        backtrace of the hang shows no jarp frame: the thread that had one no longer exists). From this call on,
+        such frames fail with an error instead; the calls already inside the callback finish first (this sleeps,
+        releasing the GIL). The handler increments its count of calls inside the callback before it reads the
+        exit flag, both sequentially consistent, so a call is either counted here or sees the flag. Registered
+        with ``atexit`` when jarp is imported (``_target._drain_at_exit``), after JAX's own hook, so it runs first
+        (``atexit`` runs the last registered first), before CPython sets its finalizing flag. ``tools/check_exit.py`` counts
+        exits and hangs of a script (``--spy`` reports every thread CPython ends).
 
         Args:
             timeout: seconds to wait for the calls already inside the callback.

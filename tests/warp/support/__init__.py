@@ -24,7 +24,7 @@ Test machinery:
 Scripts run in child processes, as modules from the repository root (``python -m tests.warp.support.<name>``):
 
 * ``multi_device_script.py``: a kernel under ``pmap``, ``shard_map`` and sharded ``jit`` on four CPU devices
-  (``test_bridge.py``; ``benchmarks/check_exit.py`` counts its exits).
+  (``test_bridge.py``; ``tools/check_exit.py`` counts its exits).
 * ``unawaited_at_exit_script.py``: kernel calls that reach jarp's callback after the script ends (``test_native.py``).
 * ``distributed_worker.py``: one of two ``jax.distributed`` processes (``test_distributed.py``).
 * ``warp_suite_runner.py``: runs Warp's own JAX interop tests against jarp in a child process

@@ -4,13 +4,14 @@ Each run is a fresh ``python`` process with a timeout; runs go ``--parallel`` at
 timeout is killed and counted as hung; with ``--dump`` its Python stacks are printed first (``faulthandler``, via
 ``PYTHONFAULTHANDLER`` and ``SIGABRT``, which dumps the stacks of every Python thread) and, when ``gdb`` is
 installed, the native stacks of every thread (with ``--save DIR``, whole, into ``DIR/hang_<tag>_<run>.txt``).
-``--spy`` preloads ``exit_hang/pthread_exit_spy.so`` (built with ``cc`` when missing), which reports every
-thread that calls ``pthread_exit``: the way CPython ends a thread that takes the GIL during finalization, the
-cause of the hang described in ``exit_hang/README.md``. The script is a path, or a module run with ``-m``.
+``--spy`` preloads ``pthread_exit_spy.so`` (built from ``tools/pthread_exit_spy.c`` with ``cc`` when missing), which
+reports every thread that calls ``pthread_exit`` with its native backtrace: the way CPython ends a thread that takes
+the GIL during finalization, the cause of the exit hang jarp's exit drain prevents (`NativeHandler.drain_at_exit`).
+The script is a path, or a module run with ``-m``.
 
-    python benchmarks/check_exit.py examples/multi_device.py --runs 100
-    python benchmarks/check_exit.py tests.warp.support.multi_device_script --runs 100 --launch python
-    python benchmarks/check_exit.py tests.warp.support.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
+    python tools/check_exit.py examples/multi_device.py --runs 100
+    python tools/check_exit.py tests.warp.support.multi_device_script --runs 100 --launch python
+    python tools/check_exit.py tests.warp.support.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
 
 By default ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` (as ``examples/multi_device.py`` sets it).
 """
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPY_SOURCE = Path(__file__).resolve().parent / "exit_hang" / "pthread_exit_spy.c"
+SPY_SOURCE = Path(__file__).resolve().parent / "pthread_exit_spy.c"
 SPY_MARK = "pthread_exit_spy:"  # the spy's line on stderr
 
 
