@@ -17,7 +17,7 @@ import gc
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -61,11 +61,11 @@ class AbstractWarpModule(eqx.Module):
     vjp: eqx.AbstractVar[Callable[..., Any] | None]
 
     # The factory's name, for messages ("jax_kernel()").
-    _what: ClassVar[str]
+    _what: eqx.AbstractClassVar[str]
     # The per-call options `__call__` accepts.
-    _call_options: ClassVar[tuple[str, ...]]
+    _call_options: eqx.AbstractClassVar[tuple[str, ...]]
     # Whether scalar parameters may take JAX values (read at run time from one-element arrays).
-    _runtime_scalars: ClassVar[bool]
+    _runtime_scalars: eqx.AbstractClassVar[bool]
 
     def __check_init__(self) -> None:
         # Equinox runs this after the final class's own checks (those of its target).
@@ -133,9 +133,9 @@ class AbstractWarpModule(eqx.Module):
         target = self._annotated_target()
         return None if target is None else self._signature(target).inputs
 
+    @abc.abstractmethod
     def _annotated_target(self) -> Any:
         """The target whose annotations give the parameters before any call; None if only a call resolves it."""
-        return self._unresolved_target()
 
     @abc.abstractmethod
     def _unresolved_target(self) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Unpack, overload
+from typing import Any, ClassVar, Unpack, overload
 
 import equinox as eqx
 import numpy as np
@@ -115,9 +115,9 @@ class JaxCallable(AbstractWarpModule):
         vjp: reverse-mode rule, as for `jarp.warp.JaxKernel`.
     """
 
-    _what = _WHAT
-    _call_options = ("output_dims", "vmap_method")
-    _runtime_scalars = False
+    _what: ClassVar[str] = _WHAT
+    _call_options: ClassVar[tuple[str, ...]] = ("output_dims", "vmap_method")
+    _runtime_scalars: ClassVar[bool] = False
 
     func: Callable[..., Any] = eqx.field(static=True, converter=value_callable)
     generic: bool = eqx.field(static=True, default=False, converter=bool)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Unpack, overload
+from typing import Any, ClassVar, Unpack, overload
 
 import equinox as eqx
 import numpy as np
@@ -164,9 +164,9 @@ class JaxKernel(AbstractWarpModule):
             tile alone. Each block dim is its own build of the kernel's module.
     """
 
-    _what = _WHAT
-    _call_options = ("output_dims", "launch_dims", "vmap_method", "block_dim")
-    _runtime_scalars = True
+    _what: ClassVar[str] = _WHAT
+    _call_options: ClassVar[tuple[str, ...]] = ("output_dims", "launch_dims", "vmap_method", "block_dim")
+    _runtime_scalars: ClassVar[bool] = True
 
     kernel: wp.Kernel = eqx.field(static=True)
     arg_types_factory: Callable[..., Any] | None = value_callable_field()
@@ -220,6 +220,9 @@ class JaxKernel(AbstractWarpModule):
             )
 
     def _unresolved_target(self) -> Any:
+        return self.kernel
+
+    def _annotated_target(self) -> Any:
         return self.kernel
 
     def _resolve(self, args: tuple[Any, ...]) -> wp.Kernel:

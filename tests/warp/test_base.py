@@ -614,3 +614,20 @@ def test_serialise_round_trip(kind: Kind, tmp_path):
     bare = tmp_path / "bare.eqx"
     eqx.tree_serialise_leaves(bare, model.spring)
     assert eqx.tree_deserialise_leaves(bare, kind("spring", num_outputs=2, enable_backward=True)) == model.spring
+
+
+def test_a_module_kind_must_give_every_abstract_member() -> None:
+    # The class-level settings are abstract class variables and the per-kind steps abstract methods: a kind that
+    # forgets one cannot be instantiated (Equinox's pattern: subclasses override only abstract members).
+    abstract_vars = {"_what", "_call_options", "_runtime_scalars"}
+    assert abstract_vars <= set(AbstractWarpModule.__abstractclassvars__)
+    assert "_annotated_target" in AbstractWarpModule.__abstractmethods__
+    for kind in (JaxKernel, JaxCallable):
+        assert not kind.__abstractmethods__, kind
+        assert not kind.__abstractclassvars__, kind
+        overridden = {
+            name
+            for name, member in vars(kind).items()
+            if callable(member) and not name.startswith("__") and hasattr(AbstractWarpModule, name)
+        }
+        assert overridden <= AbstractWarpModule.__abstractmethods__, f"{kind.__name__} overrides {overridden}"
