@@ -60,11 +60,13 @@ def read_description(frame: int, abi: int) -> str:
         frame: the call frame (of the instantiate stage).
         abi: the call-ABI version this jarp speaks.
     """
-    attrs = _xla_ffi.describe_attrs(frame)
+    # The attribute table, read once; a value is copied only once its declared type (and, for the description,
+    # its length) is checked.
+    attrs = _xla_ffi.read_attrs(frame + _xla_ffi.FRAME_ATTRS_STRUCT)
     invalid = _xla_ffi.ErrorCode.INVALID_ARGUMENT
     found = tuple(name for name, _, _ in attrs)
     if found != _ATTR_NAMES:
-        got = ", ".join(f"{name}: {kind}" for name, kind, _ in attrs)
+        got = ", ".join(f"{name}: {_xla_ffi.attr_kind(kind, value)}" for name, kind, value in attrs)
         wrong = [f"attribute {n!r} is missing" for n in _ATTR_NAMES if n not in found]
         wrong += [f"attribute {n!r} is not one of them" for n in found if n not in _ATTR_NAMES]
         raise CallError(
@@ -73,9 +75,13 @@ def read_description(frame: int, abi: int) -> str:
             f"{'; '.join(wrong) or 'an attribute is repeated'} (got {got or 'no attributes'}). The target is "
             "jarp's own: call kernels through jarp.warp.jax_kernel or jax_callable, not jax.ffi.ffi_call.",
         )
-    (_, abi_kind, version), (_, desc_kind, _) = attrs
+    (_, abi_type, abi_value), (_, desc_type, desc_value) = attrs
+    abi_kind = _xla_ffi.attr_kind(abi_type, abi_value)
     if abi_kind != "int64":
-        raise CallError(invalid, f"attribute 'abi' must be an int64 scalar, got {abi_kind} {version!r}")
+        raise CallError(
+            invalid, f"attribute 'abi' must be an int64 scalar, got {abi_kind}{_shown(abi_type, abi_value)}"
+        )
+    version = _xla_ffi.read_scalar_value(abi_value)[1]
     if version != abi:
         raise CallError(
             _xla_ffi.ErrorCode.FAILED_PRECONDITION,
@@ -83,18 +89,26 @@ def read_description(frame: int, abi: int) -> str:
             f"(jarp.warp call ABI {abi}) cannot run it; recompile the program with this jarp, or load it where "
             f"the jarp that compiled it is installed.",
         )
+    desc_kind = _xla_ffi.attr_kind(desc_type, desc_value)
     if desc_kind != "string":
         raise CallError(invalid, f"attribute 'desc' must be a string, got {desc_kind}")
-    values = _xla_ffi.read_attrs(frame + _xla_ffi.FRAME_ATTRS_STRUCT)
-    raw = _xla_ffi.read_bytes(values[1][2])
-    if len(raw) > MAX_DESCRIPTION:
-        raise CallError(
-            invalid, f"attribute 'desc' is {len(raw)} bytes; jarp's descriptions are at most {MAX_DESCRIPTION}"
-        )
+    size = _xla_ffi.span_length(desc_value)
+    if size > MAX_DESCRIPTION:
+        raise CallError(invalid, f"attribute 'desc' is {size} bytes; jarp's descriptions are at most {MAX_DESCRIPTION}")
+    raw = _xla_ffi.read_bytes(desc_value)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CallError(invalid, f"attribute 'desc' is not UTF-8 text ({e})") from None
+
+
+def _shown(kind: int, value: int) -> str:
+    """A short attribute value for a message (`` '1'``, `` 1.5``), or nothing for a long or composite one."""
+    if kind == _xla_ffi.AttrType.SCALAR:
+        return f" {_xla_ffi.read_scalar_value(value)[1]!r}"
+    if kind == _xla_ffi.AttrType.STRING and _xla_ffi.span_length(value) <= 64:
+        return f" {_xla_ffi.read_string(value)!r}"
+    return ""
 
 
 class FrameBuffers:

@@ -502,26 +502,25 @@ def read_scalar_value(scalar: int) -> tuple[int, Any]:
     return code, struct.unpack(fmt, ctypes.string_at(ptr, struct.calcsize(fmt)))[0]
 
 
-def describe_attrs(frame: int) -> list[tuple[str, str, Any]]:
-    """Return ``(name, kind, value)`` for each attribute of a call frame, read by its declared type (for messages).
+def attr_kind(kind: int, value: int) -> str:
+    """The declared type of one attribute (a `read_attrs` row), read without copying its value (for messages).
 
-    ``kind`` is ``"int64"`` (and the other NumPy names of scalar types), ``"string"``, ``"array"`` or
-    ``"dictionary"``; ``value`` is the decoded scalar or string, None for the others.
+    ``"int64"`` (and the other NumPy names of scalar types), ``"string"``, ``"array"`` or ``"dictionary"``.
     """
-    out: list[tuple[str, str, Any]] = []
-    for name, kind, value in read_attrs(frame + FRAME_ATTRS_STRUCT):
-        if kind == AttrType.SCALAR:
-            code, v = read_scalar_value(value)
-            out.append((name, dtype_name(code), v))
-        elif kind == AttrType.STRING:
-            out.append((name, "string", read_string(value)))
-        elif kind == AttrType.ARRAY:
-            out.append((name, "array", None))
-        elif kind == AttrType.DICTIONARY:
-            out.append((name, "dictionary", None))
-        else:
-            out.append((name, f"XLA_FFI_AttrType {kind}", None))
-    return out
+    if kind == AttrType.SCALAR:
+        return dtype_name(read_scalar(value)[0])
+    if kind == AttrType.STRING:
+        return "string"
+    if kind == AttrType.ARRAY:
+        return "array"
+    if kind == AttrType.DICTIONARY:
+        return "dictionary"
+    return f"XLA_FFI_AttrType {kind}"
+
+
+def span_length(span: int) -> int:
+    """The length in bytes of an ``XLA_FFI_ByteSpan`` (a string attribute), read without copying it."""
+    return ctypes.c_size_t.from_address(span + BYTESPAN_LEN).value
 
 
 def read_array(array: int) -> tuple[int, int, int]:
