@@ -437,10 +437,8 @@ def cpu_block_error() -> str:
 
 
 def runtime_core() -> Any:
-    """Warp's native library handle (``wp_*`` functions)."""
-    if wp._src.context.runtime is None:
-        with _WARP_LOCK:
-            wp.init()
+    """Warp's native library handle (``wp_*`` functions), Warp initialised first if it is not yet (`init_quietly`)."""
+    init_quietly()
     return wp._src.context.runtime.core
 
 
