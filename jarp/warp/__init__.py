@@ -26,8 +26,10 @@ from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
 from ._export import export_checks as export_checks
+from ._ffi._threads import cpu_linger_us as cpu_linger_us
 from ._ffi._threads import cpu_private_bytes as cpu_private_bytes
 from ._ffi._threads import cpu_threads as cpu_threads
+from ._ffi._threads import set_cpu_linger_us as set_cpu_linger_us
 from ._ffi._threads import set_cpu_private_bytes as set_cpu_private_bytes
 from ._ffi._threads import set_cpu_threads as set_cpu_threads
 from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
@@ -75,6 +77,7 @@ __all__ = [
     "Volume",
     "check_cuda_launches",
     "compile_aot",
+    "cpu_linger_us",
     "cpu_private_bytes",
     "cpu_threads",
     "energy",
@@ -84,6 +87,7 @@ __all__ = [
     "kernel_source",
     "list_plans",
     "register_ffi_callback",
+    "set_cpu_linger_us",
     "set_cpu_private_bytes",
     "set_cpu_threads",
     "struct",

@@ -10,6 +10,7 @@ The Python launch path (``JARP_LAUNCH=python``) runs everything on the calling t
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import subprocess
 import sys
@@ -92,6 +93,27 @@ def _bits(a: np.ndarray) -> bytes:
 def test_set_cpu_threads_refuses_what_is_not_a_count(bad: object, restore_threads: None) -> None:
     with pytest.raises(ValueError, match=r"set_cpu_threads\(n\): n must be a whole number >= 0"):
         jw.set_cpu_threads(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "100", True, None])
+def test_set_cpu_linger_us_refuses_what_is_not_a_duration(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"set_cpu_linger_us\(n\): n must be a whole number >= 0 \(microseconds"):
+        jw.set_cpu_linger_us(bad)  # type: ignore[arg-type]
+
+
+def test_set_cpu_linger_us_round_trips_and_reaches_the_handler(linger: Callable[[int], None]) -> None:
+    jw.set_cpu_linger_us(250)
+    assert jw.cpu_linger_us() == 250
+    assert _threads._settings()[-1] == 250_000  # what the handler receives, in nanoseconds
+
+
+def test_the_linger_environment_variable_sets_the_default() -> None:
+    code = "import jarp.warp as jw; print(jw.cpu_linger_us())"
+    run = functools.partial(subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run(env={**os.environ, "JARP_CPU_LINGER_US": "0"}).stdout.split()[-1] == "0"
+    assert run(env={k: v for k, v in os.environ.items() if k != "JARP_CPU_LINGER_US"}).stdout.split()[-1] == "100"
+    bad = run(env={**os.environ, "JARP_CPU_LINGER_US": "soon"})
+    assert "JARP_CPU_LINGER_US='soon' must be a whole number >= 0" in bad.stderr
 
 
 def test_set_cpu_threads_round_trips(restore_threads: None) -> None:
@@ -257,13 +279,10 @@ def test_a_batched_race_free_launch_splits_slices_and_ranges(restore_threads: No
 
 @pytest.fixture
 def linger(restore_threads: None) -> Iterator[Callable[[int], None]]:
-    def set_linger(ns: int) -> None:
-        _threads.LINGER_NS = ns
-        _threads._push()
-
-    before = _threads.LINGER_NS
-    yield set_linger
-    set_linger(before)
+    """Set how long helpers linger (in nanoseconds here, the handler's unit; the public setting is microseconds)."""
+    before = jw.cpu_linger_us()
+    yield lambda ns: jw.set_cpu_linger_us(ns // 1000)
+    jw.set_cpu_linger_us(before)
 
 
 def _joins() -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 ENV = "JARP_CPU_THREADS"
 PRIVATE_ENV = "JARP_CPU_PRIVATE_BYTES"
+LINGER_ENV = "JARP_CPU_LINGER_US"
 # A call goes to the pool with at least this many tasks (launch threads times batch slices): below, handing
 # work to another thread costs more than it saves, and a small kernel's marginal launch cost must not move...
 MIN_TASKS = 1 << 15
@@ -29,19 +30,21 @@ MIN_WORK = 500_000
 MIN_RANGE = 1 << 13
 # The private copies of accumulated arrays one split launch may take, by default (`set_cpu_private_bytes`).
 PRIVATE_BYTES = 64 << 20
-# A helper that ran out of items waits this long for the next split call before it gives its pool thread back:
-# waking a sleeping pool thread takes 0.1 to 0.25 ms on a virtual machine, as long as a FEM launch over 1e4
-# elements, so calls in quick succession would each wait for it (``linger`` in the handler).
-LINGER_NS = 100_000
+# A helper that ran out of items waits this long for the next split call before it gives its pool thread back, by
+# default (`set_cpu_linger_us`): waking a sleeping pool thread takes 0.1 to 0.25 ms on a virtual machine, as long
+# as a FEM launch over 1e4 elements, so calls in quick succession would each wait for it (``linger`` in the handler).
+LINGER_US = 100
 
 _lock = threading.Lock()
 _cap: int | None = None  # None: not read from the environment yet
 _private: int | None = None
+_linger: int | None = None
 _sinks: list[Callable[[int, int, int, int, int, int, int], None]] = []
 
 
 _THREADS_MEANING = "0: every thread of XLA's CPU pool; 1: the calling thread only"
 _BYTES_MEANING = "bytes; 0: never split an accumulating launch"
+_LINGER_MEANING = "microseconds; 0: helpers never wait for the next call"
 
 
 def _check(value: object, what: str, meaning: str = _THREADS_MEANING) -> int:
@@ -164,8 +167,61 @@ def set_cpu_private_bytes(n: int) -> None:
     _push()
 
 
+def cpu_linger_us() -> int:
+    """How long a CPU helper thread waits for the next jarp call after its work (see `set_cpu_linger_us`).
+
+    Returns:
+        The value `set_cpu_linger_us` set last, else ``JARP_CPU_LINGER_US``, else 100 (microseconds).
+
+    Example:
+        ```python
+        import jarp.warp
+
+        jarp.warp.cpu_linger_us()  # 100 unless set
+        ```
+    """
+    global _linger
+    with _lock:
+        if _linger is None:
+            _linger = _from_env(LINGER_ENV, LINGER_US, _LINGER_MEANING)
+        return _linger
+
+
+def set_cpu_linger_us(n: int) -> None:
+    """Set how long a CPU helper thread that ran out of work waits (spinning) for the next split jarp call.
+
+    A CPU launch split across cores runs on the calling thread and helpers from XLA's intra-op thread pool. Waking
+    a sleeping pool thread takes 0.1 to 0.25 ms on a virtual machine, as long as a whole FEM launch over 1e4
+    elements, so a helper that runs out of items stays on its pool thread up to ``n`` microseconds, spinning and
+    yielding its core to anything else runnable, and joins the next split call if one starts meanwhile: the
+    launches of one ``value_and_grad``, and the iterations of a solver or a training loop, then start on every core
+    at once. OpenMP runtimes do the same (``OMP_WAIT_POLICY``, ``KMP_BLOCKTIME``). On a machine shared with other
+    busy processes, 0 gives the cores back at once. Results are the same bits whatever the setting.
+
+    Args:
+        n: microseconds (100 by default; ``JARP_CPU_LINGER_US`` sets it for a process); 0 never waits.
+
+    Raises:
+        ValueError: if ``n`` is not a whole number >= 0.
+
+    Example:
+        ```python
+        import jarp.warp
+
+        jarp.warp.set_cpu_linger_us(0)  # helpers go back to XLA's pool as soon as their work is done
+        jarp.warp.set_cpu_linger_us(100)  # the default
+        ```
+    """
+    global _linger
+    value = _check(n, "set_cpu_linger_us(n): n", _LINGER_MEANING)
+    with _lock:
+        _linger = value
+    _push()
+
+
 def _settings() -> tuple[int, int, int, int, int, int, int]:
-    return (cpu_threads(), MIN_TASKS, MIN_RANGE, MIN_COST_NS, ITEM_NS, cpu_private_bytes(), LINGER_NS)
+    linger_ns = cpu_linger_us() * 1000
+    return (cpu_threads(), MIN_TASKS, MIN_RANGE, MIN_COST_NS, ITEM_NS, cpu_private_bytes(), linger_ns)
 
 
 def _push() -> None:
