@@ -1,15 +1,15 @@
 """Warp kernels and Warp-launching functions as JAX-callable Equinox modules.
 
 The files at this level are what users touch: the modules (`_kernel`, `_callable`, their abstract base
-`_base`), eager dispatch (`_eager`), derivative rules (`_rules`), energies (`_energy`), options
+`_base`), eager dispatch (`_eager`), energies (`_energy`), options
 (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
 built inside the call by `_geometry_builds`, routed by `_geometry_calls`), plan listing (`_inspect`) and
 generated source / ahead-of-time builds (`_codegen`). A call then flows down through the stages, one
 subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` checks it):
 
 - `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`);
-- `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`) and
-  reverse mode (`_jax/_adjoint.py`);
+- `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`),
+  reverse mode (`_jax/_adjoint.py`) and the modules' ``jvp=``/``vjp=`` rules (`_jax/_user_rules.py`);
 - `_ffi`: what runs inside the custom call: the target and its callback (`_ffi/_target.py`), frame checks,
   executors, the native handler, the plan registry;
 - `_upstream`: every private Warp, JAX and XLA name, and nothing of jarp.

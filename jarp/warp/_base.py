@@ -23,9 +23,9 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _eager, _geometry_calls, _rules
+from . import _eager, _geometry_calls
 from ._ffi._registry import registry
-from ._jax import _adjoint
+from ._jax import _adjoint, _user_rules
 from ._jax._primitive import CallConfig
 from ._option_warnings import warn_unused_option as warn_unused_option
 from ._plan._arg_spec import ArgSpec
@@ -98,7 +98,7 @@ class AbstractWarpModule(eqx.Module):
         """Bind the launch into the current JAX trace (what `__call__` does under `jit`)."""
         if self.jvp is not None or self.vjp is not None:
             bare = dataclasses.replace(self, jvp=None, vjp=None)
-            return _rules.call_with_rules(
+            return _user_rules.call_with_rules(
                 lambda *a: bare._trace(a, options),
                 args,
                 self.jvp,

@@ -14,9 +14,9 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ._base import AbstractWarpModule
+from ._jax._linear import linear_call
 from ._jax._primitive import ForwardModeError
 from ._plan import _dtypes
-from ._rules import linear_call
 
 
 def _first(out: Any) -> jax.Array:

@@ -1,4 +1,4 @@
-"""User derivative rules (jvp=/vjp=): forward mode for Warp kernels, closed forms in float64."""
+"""User derivative rules (jvp=/vjp=, `jarp/warp/_jax/_user_rules.py`): forward mode for Warp kernels, closed forms in float64."""
 
 import jax
 import jax.numpy as jnp

@@ -1,0 +1,88 @@
+"""``jarp_linear``: a linear map with a user transpose, batchable (the tangent of `jvp=` rules).
+
+``jax.custom_derivatives.linear_call`` does this, but has no batching rule, so ``jax.jacfwd`` and ``jax.hessian``
+(which vmap over tangents) fail on it. ``linear_p`` applies ``fn(res, lin)``, a map linear in ``lin``; its transpose
+is ``tfn(res, cts)``; both are vmapped when batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+linear_p = Primitive("jarp_linear")
+linear_p.multiple_results = True
+
+
+def linear_call(
+    fn: Callable[..., Any],
+    tfn: Callable[..., Any],
+    res: Sequence[Any],
+    lin: Sequence[Any],
+    out_shapes: Sequence[Any] | None = None,
+) -> Any:
+    """Apply ``fn(res, lin)`` (linear in ``lin``) with transpose ``tfn(res, cts)``.
+
+    With ``out_shapes`` given, ``fn`` is not traced until it must run, so a map
+    that only exists in reverse mode can still be transposed.
+    """
+    res, lin = tuple(res), tuple(lin)
+    if out_shapes is None:
+        out_shapes = jax.eval_shape(lambda r, li: tuple(fn(r, li)), res, lin)
+    avals = tuple(jax.core.ShapedArray(o.shape, o.dtype) for o in out_shapes)
+    return linear_p.bind(*res, *lin, fn=fn, tfn=tfn, n_res=len(res), out_avals=avals)
+
+
+def _linear_impl(*args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    return tuple(fn(tuple(args[:n_res]), tuple(args[n_res:])))
+
+
+linear_p.def_impl(_linear_impl)
+linear_p.def_abstract_eval(lambda *args, out_avals, **_: list(out_avals))
+mlir.register_lowering(linear_p, mlir.lower_fun(_linear_impl, multiple_results=True))
+
+
+def _linear_jvp(primals: Any, tangents: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    if any(type(t) is not ad.Zero for t in tangents[:n_res]):
+        raise NotImplementedError(
+            "jarp: differentiating a user tangent rule (jvp=/hess_prod) with respect to the point it is "
+            "evaluated at needs third derivatives, which jarp's rules do not provide."
+        )
+    out = linear_p.bind(*primals, fn=fn, tfn=tfn, n_res=n_res, out_avals=out_avals)
+    lin_t = [ad.instantiate_zeros(t) for t in tangents[n_res:]]
+    t_out = linear_p.bind(*primals[:n_res], *lin_t, fn=fn, tfn=tfn, n_res=n_res, out_avals=out_avals)
+    return out, t_out
+
+
+def _linear_transpose(cts: Any, *args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    res, lin = args[:n_res], args[n_res:]
+    cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct for ct, a in zip(cts, out_avals, strict=True)]
+    lin_avals = tuple(jax.core.ShapedArray(x.aval.shape, x.aval.dtype) for x in lin)
+    out = linear_p.bind(*res, *cts, fn=tfn, tfn=fn, n_res=n_res, out_avals=lin_avals)
+    return [None] * n_res + list(out)
+
+
+def _linear_batch(args: Any, dims: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
+    res_axes = tuple(None if d is None else 0 for d in dims[:n_res])
+    lin_axes = tuple(None if d is None else 0 for d in dims[n_res:])
+
+    def batched_fn(res: Any, lin: Any) -> Any:
+        return jax.vmap(lambda r, li: tuple(fn(r, li)), in_axes=(res_axes, lin_axes), axis_size=size)(res, lin)
+
+    def batched_tfn(res: Any, cts: Any) -> Any:
+        return jax.vmap(lambda r, c: tuple(tfn(r, c)), in_axes=(res_axes, 0), axis_size=size)(res, cts)
+
+    out = linear_call(batched_fn, batched_tfn, args[:n_res], args[n_res:])
+    return out, [0] * len(out)
+
+
+ad.primitive_jvps[linear_p] = _linear_jvp
+ad.primitive_transposes[linear_p] = _linear_transpose
+batching.primitive_batchers[linear_p] = _linear_batch
