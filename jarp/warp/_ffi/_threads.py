@@ -36,9 +36,6 @@ PRIVATE_BYTES = 64 << 20
 LINGER_US = 100
 
 _lock = threading.Lock()
-_cap: int | None = None  # None: not read from the environment yet
-_private: int | None = None
-_linger: int | None = None
 _sinks: list[Callable[[int, int, int, int, int, int, int], None]] = []
 
 
@@ -47,13 +44,13 @@ _BYTES_MEANING = "bytes; 0: never split an accumulating launch"
 _LINGER_MEANING = "microseconds; 0: helpers never wait for the next call"
 
 
-def _check(value: object, what: str, meaning: str = _THREADS_MEANING) -> int:
+def _check(value: object, what: str, meaning: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} must be a whole number >= 0 ({meaning}), got {value!r}.")
     return value
 
 
-def _from_env(name: str = ENV, default: int = 0, meaning: str = _THREADS_MEANING) -> int:
+def _from_env(name: str, default: int, meaning: str) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -62,6 +59,33 @@ def _from_env(name: str = ENV, default: int = 0, meaning: str = _THREADS_MEANING
     except ValueError:
         value = raw  # refused below, naming the variable
     return _check(value, f"{name}={raw!r}", meaning)
+
+
+class _Setting:
+    """One whole-number setting >= 0: the value its setter gave last, else its environment variable (read at the
+    first use), else its default."""
+
+    def __init__(self, env: str, default: int, meaning: str) -> None:
+        self.env, self.default, self.meaning = env, default, meaning
+        self.value: int | None = None  # None: not read from the environment yet
+
+    def get(self) -> int:
+        with _lock:
+            if self.value is None:
+                self.value = _from_env(self.env, self.default, self.meaning)
+            return self.value
+
+    def set(self, n: object, what: str) -> None:
+        """Set it (``what`` names the argument in the error) and hand the settings to the loaded handlers."""
+        value = _check(n, what, self.meaning)
+        with _lock:
+            self.value = value
+        _push()
+
+
+_THREADS = _Setting(ENV, 0, _THREADS_MEANING)
+_PRIVATE = _Setting(PRIVATE_ENV, PRIVATE_BYTES, _BYTES_MEANING)
+_LINGER = _Setting(LINGER_ENV, LINGER_US, _LINGER_MEANING)
 
 
 def cpu_threads() -> int:
@@ -77,11 +101,7 @@ def cpu_threads() -> int:
         jarp.warp.cpu_threads()  # 0 unless JARP_CPU_THREADS is set
         ```
     """
-    global _cap
-    with _lock:
-        if _cap is None:
-            _cap = _from_env()
-        return _cap
+    return _THREADS.get()
 
 
 def set_cpu_threads(n: int) -> None:
@@ -111,11 +131,7 @@ def set_cpu_threads(n: int) -> None:
         jarp.warp.set_cpu_threads(0)  # back to every core
         ```
     """
-    global _cap
-    value = _check(n, "set_cpu_threads(n): n")
-    with _lock:
-        _cap = value
-    _push()
+    _THREADS.set(n, "set_cpu_threads(n): n")
 
 
 def cpu_private_bytes() -> int:
@@ -131,11 +147,7 @@ def cpu_private_bytes() -> int:
         jarp.warp.cpu_private_bytes()  # 67108864 unless set
         ```
     """
-    global _private
-    with _lock:
-        if _private is None:
-            _private = _from_env(PRIVATE_ENV, PRIVATE_BYTES, _BYTES_MEANING)
-        return _private
+    return _PRIVATE.get()
 
 
 def set_cpu_private_bytes(n: int) -> None:
@@ -160,11 +172,7 @@ def set_cpu_private_bytes(n: int) -> None:
         jarp.warp.set_cpu_private_bytes(16 << 20)  # at most 16 MiB of copies per launch
         ```
     """
-    global _private
-    value = _check(n, "set_cpu_private_bytes(n): n", _BYTES_MEANING)
-    with _lock:
-        _private = value
-    _push()
+    _PRIVATE.set(n, "set_cpu_private_bytes(n): n")
 
 
 def cpu_linger_us() -> int:
@@ -180,11 +188,7 @@ def cpu_linger_us() -> int:
         jarp.warp.cpu_linger_us()  # 100 unless set
         ```
     """
-    global _linger
-    with _lock:
-        if _linger is None:
-            _linger = _from_env(LINGER_ENV, LINGER_US, _LINGER_MEANING)
-        return _linger
+    return _LINGER.get()
 
 
 def set_cpu_linger_us(n: int) -> None:
@@ -212,11 +216,7 @@ def set_cpu_linger_us(n: int) -> None:
         jarp.warp.set_cpu_linger_us(100)  # the default
         ```
     """
-    global _linger
-    value = _check(n, "set_cpu_linger_us(n): n", _LINGER_MEANING)
-    with _lock:
-        _linger = value
-    _push()
+    _LINGER.set(n, "set_cpu_linger_us(n): n")
 
 
 def _settings() -> tuple[int, int, int, int, int, int, int]:
