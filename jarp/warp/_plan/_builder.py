@@ -89,8 +89,7 @@ def build_plan(
         _launch_checks.check_tid_indexed(accesses, params, operand_buffers, results, launch_dims, name)
         if inferred:
             _launch_checks.warn_short_inferred_launch(accesses, params, operand_buffers, results, launch_dims, name)
-    race_free = _races.plan_race_free(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims)
-    private = _races.plan_private(runs, False, target, sig.params, block_dim, bounds_checked, launch_dims, race_free)
+    race_free, private = _races.split_proofs(runs, target, sig.params, block_dim, bounds_checked, launch_dims)
     return Plan(
         runs=runs,
         adjoint=False,

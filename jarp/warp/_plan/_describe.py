@@ -488,17 +488,13 @@ class _Reader:
         _check_plan(plan)
         # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
         # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
-        forward_race_free = _races.plan_race_free(
-            runs, False, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
+        forward = _races.split_proofs(
+            runs, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
         )
-        race_free = forward_race_free and not adjoint
-        shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward_race_free)
-        specs = tuple(p.spec for p in params)
-        private = _races.plan_private(
-            runs, adjoint, target, specs, block_dim, plan.bounds_checked, plan.launch_dims, forward_race_free
-        )
+        shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward.race_free)
+        private = () if adjoint else _races.private_results(params, forward.private)
         return dataclasses.replace(
-            plan, race_free=race_free, private=_races.private_results(params, private), shares_cpu_state=shares
+            plan, race_free=forward.race_free and not adjoint, private=private, shares_cpu_state=shares
         )
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:

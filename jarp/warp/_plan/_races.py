@@ -26,30 +26,40 @@ from ._values import Param, Runs
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 
 
-def plan_race_free(
+class SplitProofs(NamedTuple):
+    """What the proofs say of a forward launch (`split_proofs`)."""
+
+    race_free: bool  # `Plan.race_free`: every thread writes only at its own index
+    private: tuple[tuple[str, str], ...]  # the accumulated arrays and their combinations (`Plan.private`), if not
+
+
+def split_proofs(
     runs: Runs,
-    adjoint: bool,
     target: Any,
     params: Sequence[ArgSpec],
     block_dim: int | None,
     bounds_checked: bool,
     launch_dims: tuple[int, ...],
-) -> bool:
-    """`Plan.race_free` of a plan with these fields (`_builder.build_plan`; `_describe` for a rebuilt plan).
+) -> SplitProofs:
+    """Whether the forward launch of a plan with these fields may be split into index ranges, and how.
 
-    Only a forward kernel launch qualifies: an adjoint accumulates with atomics, a block dim above 1 may run
-    cooperative tiles, and a bounds-checked build runs under jarp's guard, which reports the first failed check
-    of the launch (one thread at a time).
+    For `_builder.build_plan`, and `_describe` for a rebuilt plan (an adjoint plan splits neither way: Warp's
+    adjoints accumulate into every array they read). Only a kernel launch with one thread per block, unchecked,
+    qualifies: a block dim above 1 may run cooperative tiles, and a bounds-checked build runs under jarp's guard,
+    which reports the first failed check of the launch (one thread at a time). It is race-free (`race_blocker`), or
+    else its only obstacle may be accumulation into output or in-out arrays of 32- or 64-bit elements
+    (`private_blocker`): each range then accumulates into its own copy of those.
     """
-    if not _splittable_launch(runs, adjoint, block_dim, bounds_checked):
-        return False
-    return race_blocker(target, params, len(launch_dims)) is None
+    if runs is not Runs.KERNEL or block_dim not in (None, 1) or bounds_checked:
+        return SplitProofs(False, ())
+    ndim = len(launch_dims)
+    if race_blocker(target, params, ndim) is None:
+        return SplitProofs(True, ())
+    reason, accumulated = private_blocker(target, params, ndim)
+    return SplitProofs(False, () if reason is not None else accumulated)
 
 
-def _splittable_launch(runs: Runs, adjoint: bool, block_dim: int | None, bounds_checked: bool) -> bool:
-    """Whether a plan's launch may be split at all (`plan_race_free`, `plan_private`): a forward kernel launch with
-    one thread per block, unchecked."""
-    return runs is Runs.KERNEL and not adjoint and block_dim in (None, 1) and not bounds_checked
+PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
 class _Arrays(NamedTuple):
@@ -104,30 +114,8 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
 PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
-def plan_private(
-    runs: Runs,
-    adjoint: bool,
-    target: Any,
-    params: Sequence[ArgSpec],
-    block_dim: int | None,
-    bounds_checked: bool,
-    launch_dims: tuple[int, ...],
-    race_free: bool,
-) -> tuple[tuple[str, str], ...]:
-    """`Plan.private` of a plan with these fields: the accumulated arrays a split launch gives each range a copy of.
-
-    Empty unless the plan is a forward kernel launch, with one thread per block, unchecked, not race-free, whose
-    only obstacle to splitting is accumulation into output or in-out arrays of 32- or 64-bit elements
-    (`private_blocker`).
-    """
-    if race_free or not _splittable_launch(runs, adjoint, block_dim, bounds_checked):
-        return ()
-    reason, accumulated = private_blocker(target, params, len(launch_dims))
-    return () if reason is not None else accumulated
-
-
 def private_results(params: Sequence[Param], private: tuple[tuple[str, str], ...]) -> tuple[tuple[int, str], ...]:
-    """`Plan.private` from the accumulated array parameters (`plan_private`): their result buffers, in order."""
+    """`Plan.private` from the accumulated array parameters (`split_proofs`): their result buffers, in order."""
     by_name = dict(private)
     return tuple(
         (p.primal.index, by_name[p.spec.name]) for p in params if p.spec.name in by_name and p.primal.source == "result"

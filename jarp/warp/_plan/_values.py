@@ -124,7 +124,7 @@ class Plan:
             split into index ranges run concurrently. Derived from the rest (never described; a rebuilt plan
             recomputes it); False for callables and adjoints, whose kernels accumulate with atomics.
         private: where the launch is not race-free only because it accumulates into output or in-out arrays
-            (`_races.plan_private`), each such result buffer with its combination (``(result index, "add")``; also
+            (`_races.split_proofs`), each such result buffer with its combination (``(result index, "add")``; also
             ``"min"``, ``"max"``): a split CPU launch gives each index range a zeroed copy of them and combines the
             copies after. Derived like ``race_free``; empty for callables and adjoints.
         shares_cpu_state: two launches of the kernel at once would share state (it uses tiles, whose CPU scratch
