@@ -11,6 +11,9 @@ The cases, each a jitted jarp call on the CPU:
   a solver calls them back to back; the first call after the cores were idle also waits for a helper to wake);
 - ``neighbours``: a per-particle loop over all 10,000 particles (a cutoff pair energy): few, long threads, split by
   the measured cost of a launch (the work threshold);
+- ``adjoint``: ``jit(grad)`` of a mass-spring energy through Warp's adjoint (float64, 400,000 springs between nearby
+  vertices of 100,000, the energy summed with ``wp.atomic_add``): the backward launch accumulates into the gradient
+  of the positions, split with a private copy of it;
 - ``small``: one launch over 1,000 elements (below the pool threshold: its time must not move);
 - ``capacity``: a probe of what the cores give together for pure arithmetic (eight independent multiply-add chains
   per thread, no memory traffic), to read the other rows against: on a shared machine, two virtual CPUs need not be
@@ -43,9 +46,9 @@ import subprocess
 import sys
 import time
 
-CASES = ("vmapped", "single", "single-light", "fem-1e5", "fem-1e4", "neighbours", "small", "capacity")
+CASES = ("vmapped", "single", "single-light", "fem-1e5", "fem-1e4", "neighbours", "adjoint", "small", "capacity")
 # Cases whose threaded result may differ from one thread's by rounding (sums combined from private copies).
-ROUNDED = ("fem-1e5", "fem-1e4")
+ROUNDED = ("fem-1e5", "fem-1e4", "adjoint")
 TARGETS = {"vmapped": 0.6, "single": 0.6, "fem-1e5": 0.6, "fem-1e4": 0.7, "neighbours": 0.6}
 
 
@@ -72,6 +75,10 @@ def _fem(cells: tuple[int, int, int]) -> tuple[object, tuple[object, ...]]:
 
 def _gradient(f: object, args: tuple[object, ...], _: object) -> object:
     return f(*args)[1]  # type: ignore[operator]
+
+
+def _call(f: object, args: tuple[object, ...], _: object) -> object:
+    return f(*args)  # type: ignore[operator]
 
 
 def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] = ()) -> None:
@@ -121,7 +128,21 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
             e, f, g, h = e * 0.995 + 0.005, f * 0.994 + 0.006, g * 0.993 + 0.007, h * 0.992 + 0.008
         out[i] = a + b + c + d + e + f + g + h
 
+    @wp.kernel
+    def spring_energy(
+        edges: wp.array(dtype=wp.vec2i),
+        x: wp.array(dtype=wp.vec3d),
+        rest: wp.array(dtype=wp.float64),
+        k: wp.float64,
+        energy: wp.array(dtype=wp.float64),
+    ):
+        e = wp.tid()
+        a = edges[e]
+        d = wp.length(x[a[1]] - x[a[0]]) - rest[e]
+        wp.atomic_add(energy, 0, wp.float64(0.5) * k * d * d)
+
     heavy, light, pairs = jw.jax_kernel(relax), jw.jax_kernel(axpy), jw.jax_kernel(pair_energy)
+    springs = jw.jax_kernel(spring_energy, enable_backward=True)
     throughput = jw.jax_kernel(chains)
     key = jax.random.key(0)
     inputs = {
@@ -140,6 +161,15 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
         "neighbours": jax.jit(lambda x: pairs(x, 0.05)[0]),
         "capacity": jax.jit(lambda x: throughput(x)[0]),
     }
+    if "adjoint" in cases:
+        rng = np.random.default_rng(0)
+        n_verts, n_springs = 100_000, 400_000
+        start = np.arange(n_springs) // 4
+        edges = np.stack([start, (start + rng.integers(1, 64, n_springs)) % n_verts], axis=1).astype(np.int32)
+        x = jnp.asarray(rng.standard_normal((n_verts, 3)), jnp.float64)
+        rest = jnp.asarray(rng.uniform(0.5, 1.5, n_springs), jnp.float64)
+        grad = jax.jit(jax.grad(lambda x, edges, rest: springs(edges, x, rest, 2.0)[0][0]))
+        funcs["adjoint"], inputs["adjoint"] = functools.partial(_call, grad, (x, jnp.asarray(edges), rest)), None
     for case, cells in (("fem-1e5", (99, 13, 13)), ("fem-1e4", (46, 6, 6))):
         if case in cases:
             f, args = _fem(cells)

@@ -92,12 +92,16 @@ class PlanInfo:
             ``wp.config.enable_cpu_blocks``).
         race_free: jarp proved that every thread of the kernel writes only its own elements (at its thread index;
             the ``@wp.func`` functions it calls write no array), with no atomics, tiles or printing: its CPU launch
-            may be split into index ranges run concurrently. False for adjoints and callables, and whenever the proof
-            fails (it is conservative: anything it does not recognise counts as a possible race).
+            may be split into index ranges run concurrently. For an adjoint: its backward launch may be split with
+            no copies (the forward launch may be split, and every adjoint it accumulates into is left out because
+            JAX does not differentiate it). False for callables, and whenever the proof fails (it is conservative:
+            anything it does not recognise counts as a possible race).
         privatised: the output (or in-out) arrays the kernel only accumulates into (``wp.atomic_add``/``sub``/``min``/
             ``max``, ``+=``), which keep it from being race-free and nothing else: its CPU launch may be split into
             index ranges, each accumulating into its own copy of them, the copies combined after
-            (`jarp.warp.set_cpu_private_bytes`). Empty for race-free kernels, adjoints and callables.
+            (`jarp.warp.set_cpu_private_bytes`). For an adjoint: the arrays whose adjoints its backward launch
+            accumulates into, each range into its own copy (Warp's adjoint of a read, ``x[cells[e][k]]``, adds into
+            ``x``'s gradient). Empty for race-free kernels and callables.
         concurrent_slices: the batch slices of a CPU call may run at once, on XLA's CPU thread pool: the kernel
             uses no tiles and prints nothing, also in the functions it calls (atomics are fine: each slice writes
             its own buffers). False for callables and whenever jarp cannot read the kernel.
@@ -207,14 +211,15 @@ def _plan_info(handle: int, plan: Plan, devices: tuple[str, ...]) -> PlanInfo:
         devices=devices,
         block_dim=plan.block_dim,
         race_free=plan.race_free,
-        privatised=tuple(p.spec.name for p in plan.params if (p.primal.source, p.primal.index) in _private(plan)),
+        privatised=tuple(p.spec.name for p in plan.params if _private(p.adjoint if adjoint else p.primal, plan)),
         concurrent_slices=not plan.shares_cpu_state,
         target=target,
     )
 
 
-def _private(plan: Any) -> set[tuple[str, int]]:
-    return {("result", index) for index, _ in plan.private}
+def _private(binding: Binding, plan: Any) -> bool:
+    """Whether ``binding`` binds a result the plan's split launches copy per range (`Plan.private`)."""
+    return binding.source == "result" and any(index == binding.index for index, _ in plan.private)
 
 
 def list_plans() -> list[PlanInfo]:

@@ -269,3 +269,148 @@ def test_a_privatised_launch_splits_by_its_estimated_work_only() -> None:
     for _ in range(3):
         _, pooled, _ = _run(g, cells, values, threads=0)
         assert pooled == 0
+
+
+# -- the reverse pass -----------------------------------------------------------------------------------------------
+
+
+def _springs(n_springs: int, n_verts: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, n_verts, n_springs)
+    edges = np.stack([start, (start + rng.integers(1, n_verts, n_springs)) % n_verts], axis=1).astype(np.int32)
+    x = rng.standard_normal((n_verts, 3))
+    rest = rng.uniform(0.5, 1.5, n_springs)
+    return edges, x, rest
+
+
+def _spring_gradient(edges: np.ndarray, x: np.ndarray, rest: np.ndarray, k: float) -> tuple[np.ndarray, np.ndarray]:
+    """The spring energy's gradient in x and in rest, in NumPy."""
+    d = x[edges[:, 1]] - x[edges[:, 0]]
+    length = np.linalg.norm(d, axis=1)
+    stretch = length - rest
+    force = (k * stretch / length)[:, None] * d
+    gx = np.zeros_like(x)
+    np.add.at(gx, edges[:, 1], force)
+    np.subtract.at(gx, edges[:, 0], force)
+    return gx, -k * stretch
+
+
+def _adjoint_plan(kernel: wp.Kernel) -> object:
+    return next(p for p in registry.plans() if p.target is kernel and p.adjoint)
+
+
+def test_a_scattering_adjoint_splits_with_private_copies_and_matches_numpy() -> None:
+    # Warp's adjoint of a gather (x[edges[e][0]]) scatters into x's gradient: each index range gets its own copy
+    n_springs, n_verts, k = 3 * _threads.MIN_TASKS, 4_000, 3.0
+    edges, x, rest = _springs(n_springs, n_verts, 11)
+    kernel = jw.jax_kernel(kp.spring_energy, enable_backward=True)
+    grad = jax.jit(jax.grad(lambda x, rest: kernel(edges, x, rest, k)[0][0], argnums=(0, 1)))
+    with jax.enable_x64(True):
+        one, pooled_one, _ = _run(grad, x, rest, threads=1)
+        many, pooled, items = _run(grad, x, rest, threads=0)
+        again = [_run(grad, x, rest, threads=0)[0] for _ in range(2)]
+    assert pooled_one == 0
+    # the backward launch splits (grad needs no forward output, so XLA drops the forward launch)
+    assert pooled == (1 if NATIVE else 0)
+    assert (items >= 2) == NATIVE
+    gx, grest = _spring_gradient(edges, x, rest, k)
+    for got in (one, many):
+        np.testing.assert_allclose(got[0], gx, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got[1], grest, rtol=1e-10, atol=1e-10)
+    for run in again:  # the same split combines in the same order: the same bits on every call
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(many, run, strict=True))
+    plan = _adjoint_plan(kp.spring_energy)
+    names = [p.spec.name for p in plan.params]
+    # x and rest are differentiated (copied per range); edges is not (no adjoint buffer at all)
+    index = {p.spec.name: p.adjoint.index for p in plan.params}
+    assert plan.private == ((index["x"], "add"), (index["rest"], "add"))
+    assert plan.params[names.index("edges")].adjoint.source == "none"
+    # its cotangent result is neither zero-filled nor read back
+    assert plan.params[names.index("edges")].primal.index not in plan.zero_results
+    assert {index["x"], index["rest"]} <= set(plan.zero_results)
+    info = next(i for i in jw.list_plans() if i.kernel == "spring_energy" and i.name.endswith("(adjoint)"))
+    assert info.privatised == ("x", "rest")
+
+
+def test_an_adjoint_without_copies_is_race_free_and_a_cap_of_one_keeps_it_whole() -> None:
+    # only x is differentiated, and the struct holding the mesh is not: no copy of it, none of the integer edges
+    n_springs, n_verts, k = 3 * _threads.MIN_TASKS, 4_000, 2.0
+    edges, x, rest = _springs(n_springs, n_verts, 12)
+    kernel = jw.jax_kernel(kp.spring_energy_struct, launch_dims=n_springs, enable_backward=True)
+    springs = {"edges": edges, "rest": rest}
+    grad = jax.jit(jax.grad(lambda x: kernel(springs, x, k)[0][0], argnums=(0,)))
+    with jax.enable_x64(True):
+        one, pooled_one, _ = _run(grad, x, threads=1)
+        many, pooled, _ = _run(grad, x, threads=0)
+    assert pooled_one == 0
+    assert pooled == (1 if NATIVE else 0)
+    gx, _ = _spring_gradient(edges, x, rest, k)
+    np.testing.assert_allclose(one[0], gx, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(many[0], gx, rtol=1e-10, atol=1e-10)
+    plan = _adjoint_plan(kp.spring_energy_struct)
+    names = [p.spec.name for p in plan.params]
+    assert plan.params[names.index("springs")].adjoint.source == "none"
+    assert plan.private == ((plan.params[names.index("x")].adjoint.index, "add"),)
+
+
+def test_a_race_free_forward_with_a_neighbours_adjoint_is_exact_when_split() -> None:
+    # every thread stores its own element, but reads its neighbour's x: the adjoint accumulates into two elements
+    n = 3 * _threads.MIN_TASKS
+    x = np.random.default_rng(13).standard_normal(n).astype(np.float32)
+    kernel = jw.jax_kernel(kp.own_and_neighbour, enable_backward=True)
+    # the backward launch alone (its forward is timed before it may split; this one needs no timing)
+    _, vjp = jax.vjp(lambda x: kernel(x)[0], x)
+    backward = jax.jit(lambda vjp, ct: vjp(ct))
+    ct = np.ones(n, np.float32)
+    one, _, _ = _run(backward, vjp, ct, threads=1)
+    many, pooled, _ = _run(backward, vjp, ct, threads=0)
+    assert pooled == (1 if NATIVE else 0)
+    want = np.roll(x, 1) + np.roll(x, -1)  # d/dx_i of sum_j x_j x_(j+1)
+    np.testing.assert_allclose(many[0], want, rtol=1e-6)
+    # two contributions per element, each range's copy holding at most one of them: the same sum in any order
+    assert many[0].tobytes() == one[0].tobytes()
+    plan = _adjoint_plan(kp.own_and_neighbour)
+    assert plan.private == ((0, "add"),)
+
+
+def test_an_adjoint_through_own_index_stores_and_an_in_out_accumulator_splits_correctly() -> None:
+    # a race-free forward that reads back what it stored (at its own index) and an in-out accumulator: their
+    # cotangents are touched at one thread's own index or only read, so they need no copy
+    n = 3 * _threads.MIN_TASKS
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal(n).astype(np.float32)
+    cells = rng.integers(0, 100, (n, 4)).astype(np.int32)
+    stored = jw.jax_kernel(kp.stored_then_read, enable_backward=True)
+    acc = jw.jax_kernel(kp.accumulate_in_out, in_out_argnames=["acc"], enable_backward=True)
+    for f, kernel, want, private in (
+        (lambda x: stored(x)[0], kp.stored_then_read, np.full(n, 2.0, np.float32), ((0, "add"),)),
+        (
+            lambda x: acc(cells, x, np.zeros(100, np.float32))[0],
+            kp.accumulate_in_out,
+            np.full(n, 4.0, np.float32),
+            ((1, "add"),),
+        ),
+    ):
+        _, vjp = jax.vjp(f, x)
+        backward = jax.jit(lambda vjp, ct: vjp(ct))
+        ct = np.ones(np.shape(f(x)), np.float32)
+        _run(backward, vjp, ct, threads=1)  # the first call runs on the Python path
+        got, pooled, _ = _run(backward, vjp, ct, threads=0)
+        assert pooled == (1 if NATIVE else 0), kernel.key
+        np.testing.assert_allclose(got[0], want, rtol=1e-6)
+        assert _adjoint_plan(kernel).private == private
+
+
+def test_a_function_with_a_user_written_adjoint_keeps_the_backward_launch_whole() -> None:
+    n = 3 * _threads.MIN_TASKS
+    x = np.random.default_rng(15).standard_normal(n).astype(np.float32)
+    f = jw.jax_kernel(kp.custom_gradient, enable_backward=True)
+    _, vjp = jax.vjp(lambda x: f(x)[0], x)
+    backward = jax.jit(lambda vjp, ct: vjp(ct))
+    ct = np.ones(n, np.float32)
+    _run(backward, vjp, ct, threads=0)
+    got, pooled, _ = _run(backward, vjp, ct, threads=0)
+    assert pooled == 0
+    np.testing.assert_allclose(got[0], 2.0, rtol=1e-6)
+    plan = _adjoint_plan(kp.custom_gradient)
+    assert (plan.race_free, plan.private) == (False, ())

@@ -386,3 +386,34 @@ def test_changed_codegen_shapes_are_refused_loudly(old: str, new: str, what: str
     assert old in source
     with pytest.raises(RuntimeError, match=rf"does not have the shape jarp's ranged entry points copy \(.*{what}"):
         wi._ranged_appendix(source.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        (
+            "++task_index)\n    {{\n        {name}_cpu_kernel_backward",
+            "task_index += 2)\n    {{\n        {name}_cpu_kernel_backward",
+            "task loop",
+        ),
+        (
+            "{name}_cpu_backward_tasks<false>(dim, _wp_args, _wp_adj_args)",
+            "{name}_cpu_backward_tasks<false>(dim)",
+            "task loop",
+        ),
+        (
+            "static void {name}_cpu_kernel_backward(",
+            "static inline void {name}_cpu_kernel_backward(",
+            "per-task function",
+        ),
+    ],
+)
+def test_changed_backward_codegen_shapes_are_refused_loudly(old: str, new: str, what: str) -> None:
+    source = wi.module_codegen(kr.scale_sin.module, "cpu")
+    assert "_jarp_cpu_backward_range(" in wi._ranged_appendix(source, backward=True)[0]
+    name = kr.scale_sin.get_mangled_name()
+    old, new = old.format(name=name), new.format(name=name)
+    assert source.count(old) == 1
+    with pytest.raises(RuntimeError, match=rf"does not have the shape jarp's ranged entry points copy \(.*{what}"):
+        wi._ranged_appendix(source.replace(old, new), backward=True)
+    wi._ranged_appendix(source.replace(old, new))  # the forward entry does not depend on it

@@ -72,28 +72,34 @@ def argument_block(plan: Plan, block: int) -> ArgumentBlock:
         if spec.is_struct:
             layout = spec.struct
             src = 0 if block == 0 else 1
-            shapes = [buffers[src][i].shape for i in binding.fields]
+            shapes = [plan.operands[i].shape for i in param.primal.fields]
             if block == 0:
                 raw = _struct_bytes.struct_bytes(layout, shapes, binding.value)
             else:
+                # no adjoint (an operand JAX does not differentiate): the shapes of the primal, every pointer null
                 raw = _struct_bytes.adjoint_struct_bytes(layout, shapes)
             fields.append((spec.name, layout.ctype))
             values.append(layout.ctype.from_buffer_copy(raw))
             slots = _struct_bytes.pointer_slots(layout)
-            pointers.extend((spec.name, off, src, i) for off, i in zip(slots, binding.fields, strict=True))
-            if block == 0 and plan.adjoint:
+            if binding.source == "struct":
+                pointers.extend((spec.name, off, src, i) for off, i in zip(slots, binding.fields, strict=True))
+            if block == 0 and plan.adjoint and param.adjoint.source == "struct":
                 # Warp's backward code accumulates a struct field's gradient through the grad
                 # pointer of the primal struct (as wp.Tape sets it), not through the adjoint struct.
                 grads = _struct_bytes.grad_pointer_slots(layout)
                 pointers.extend((spec.name, off, 1, i) for off, i in zip(grads, param.adjoint.fields, strict=True))
         elif spec.is_array:
-            src = 0 if binding.source == "operand" else 1
-            buf = buffers[src][binding.index]
+            # An adjoint of source none (an operand JAX does not differentiate) is the primal's shape and strides
+            # with a null data pointer: Warp's adjoints skip it, and its strides keep the contiguous specialisation.
+            shaped = param.primal if binding.source == "none" else binding
+            src = 0 if shaped.source == "operand" else 1
+            buf = buffers[src][shaped.index]
             element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
             arr = _warp_internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
             fields.append((spec.name, _warp_internals.ArrayStruct))
             values.append(arr)
-            pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
+            if binding.source != "none":
+                pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
             grad = param.adjoint
             if block == 0 and plan.adjoint and grad.source in ("operand", "result"):
                 # As under wp.Tape, the primal array carries its adjoint buffer as its gradient: Warp's

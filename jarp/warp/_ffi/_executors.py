@@ -445,13 +445,14 @@ class _CpuKernelExecutor(_KernelExecutor):
         concurrent = not plan.shares_cpu_state
         tasks = math.prod(plan.launch_dims)
         splittable = plan.race_free or bool(plan.private)
-        work = tasks * _races.work_estimate(plan.target) if splittable else 0
+        # a backward thread runs the forward code again, then its adjoint: about three times the forward's work
+        work = tasks * _races.work_estimate(plan.target) * (3 if self.adjoint else 1) if splittable else 0
         large = tasks >= 2 * _threads.MIN_RANGE or work >= _threads.MIN_WORK
         private = self._private() if plan.private else []
         if not (concurrent and splittable and large) or (plan.private and not private):
             return {"concurrent": concurrent}
         try:
-            range_entry = _warp_internals.ranged_cpu_entry(plan.target, self.entry)
+            range_entry = _warp_internals.ranged_cpu_entry(plan.target, self.entry, self.adjoint)
         except RuntimeError as e:  # an optimisation only: the launch stays whole, the call still runs
             warnings.warn(
                 f"{plan.name}: jarp could not build its ranged entry point for kernel {plan.target.key!r} ({e}); its "
@@ -471,10 +472,17 @@ class _CpuKernelExecutor(_KernelExecutor):
         }
 
     def _private(self) -> list[tuple[int, int, int, int]]:
-        """The handler's private specs of `Plan.private`: the result's pointer slot, combination, scalar, bytes."""
+        """The handler's private specs of `Plan.private`: the result's pointer slot, combination, scalar, bytes.
+
+        The slot is the result's pointer in its argument block (an adjoint plan's in the adjoint block; the handler
+        also points the primal array's gradient pointer, which holds the same result, at the copy).
+        """
         specs = []
+        block_of = 1 if self.adjoint else 0
         for index, how in self.plan.private:
-            slots = [k for k, (block, _, src, i, _) in enumerate(self.slots) if block == 0 and src == 1 and i == index]
+            slots = [
+                k for k, (block, _, src, i, _) in enumerate(self.slots) if block == block_of and src == 1 and i == index
+            ]
             scalar = np.dtype(self.plan.results[index].dtype).name
             if len(slots) != 1 or scalar not in _races.PRIVATE_SCALARS:
                 return []
@@ -580,7 +588,7 @@ class _CallableExecutor(_Executor):
         arrays = []
         for k, (leaf, index) in enumerate(zip(layout.array_specs, param.primal.fields, strict=True)):
             grad = None
-            if self.adjoint:
+            if self.adjoint and param.adjoint.source == "struct":  # none: a struct JAX does not differentiate
                 grad = self._array(leaf, Binding("result", param.adjoint.fields[k]), ops, res, s)
             arrays.append(self._array(leaf, Binding("operand", index), ops, res, s, grad))
         return _struct_bytes.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)

@@ -223,8 +223,9 @@ class LaunchDescriptor:
             published (`NativeHandler.withdraw` lets go of it).
         concurrent: (CPU) the batch slices write disjoint memory and share no state, so the handler may run
             them concurrently on XLA's thread pool.
-        range_entry: (CPU) jarp's ranged forward entry point of a provably race-free kernel (0: none), with which
-            the handler may also split each launch into index ranges run concurrently.
+        range_entry: (CPU) jarp's ranged entry point (forward, or backward for an adjoint launch) of a kernel the
+            race proofs allow to split (0: none), with which the handler may also split each launch into index
+            ranges run concurrently.
         tasks: the launch's thread count (the size of its launch bounds).
         copies: ``(argument index, result index, bytes)`` of each in-out operand a partitioned call passes apart
             from its result (XLA's partitioned call keeps no aliases): copied to the result first, unless XLA

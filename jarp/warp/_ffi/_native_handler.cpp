@@ -106,7 +106,7 @@ struct Descriptor {
   const char* failure;  // how a failed CUDA launch or memset begins its message (Warp's diagnosis follows)
   // CPU threads (see run_on_pool): 0 for CUDA and for launches that must stay on the calling thread
   int64_t concurrent;   // 1: the batch slices write disjoint memory and share no state, so may run concurrently
-  void* range_entry;    // jarp's ranged forward entry (a provably race-free kernel), or null: never split a launch
+  void* range_entry;    // jarp's ranged entry (forward or backward, as `entry`), or null: never split a launch
   int64_t tasks;        // the launch's thread count (the launch bounds' size)
   int64_t ncopies;
   const CopySpec* copies;
@@ -133,6 +133,7 @@ typedef const char* (*ErrorString)();
 typedef void (*CpuForward)(const void*, void*);
 typedef void (*CpuBackward)(const void*, void*, void*);
 typedef void (*CpuRange)(const void*, void*, size_t, size_t);
+typedef void (*CpuBackwardRange)(const void*, void*, void*, size_t, size_t);
 extern "C" int sched_yield(void);
 struct jarp_timespec {
   long tv_sec;
@@ -439,7 +440,11 @@ __attribute__((noinline)) void run_item(const Work* w, int64_t item) {
       const PrivateSpec& spec = d->private_specs[k];
       const PointerSlot& p = d->slots[spec.slot];
       private_identity(spec, copy);
-      blocks[p.block][p.word] = reinterpret_cast<uint64_t>(copy);
+      // every slot of the result: an adjoint launch also reaches it through the primal array's gradient pointer
+      for (int64_t j = 0; j < d->nslots; ++j) {
+        const PointerSlot& q = d->slots[j];
+        if (q.source == p.source && q.index == p.index) blocks[q.block][q.word] = reinterpret_cast<uint64_t>(copy);
+      }
       copy += spec.nbytes;
     }
   }
@@ -447,7 +452,10 @@ __attribute__((noinline)) void run_item(const Work* w, int64_t item) {
     size_t begin = static_cast<size_t>(c * w->range);
     size_t end = c + 1 == w->nranges ? static_cast<size_t>(d->tasks) : begin + static_cast<size_t>(w->range);
     int64_t started = w->timed ? now_ns() : 0;
-    reinterpret_cast<CpuRange>(d->range_entry)(d->bounds, blocks[0], begin, end);
+    if (d->nblocks == 1)
+      reinterpret_cast<CpuRange>(d->range_entry)(d->bounds, blocks[0], begin, end);
+    else
+      reinterpret_cast<CpuBackwardRange>(d->range_entry)(d->bounds, blocks[0], blocks[1], begin, end);
     if (started != 0) __atomic_add_fetch(&const_cast<Work*>(w)->work_ns, now_ns() - started, __ATOMIC_RELAXED);
   } else if (d->nblocks == 1) {
     reinterpret_cast<CpuForward>(d->entry)(d->bounds, blocks[0]);

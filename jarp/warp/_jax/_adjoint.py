@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import warp as wp
 from jax.custom_derivatives import SymbolicZero
 
-from .._plan import _dtypes
+from .._plan import _dtypes, _races
 from .._plan._values import Binding, Buffer, Param, Plan, Runs
 from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind, forward_mode_error
@@ -32,10 +32,13 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     the launch, when pure outputs were zero), and a writable copy of each incoming
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
 
-    ``perturbed`` names the forward operands JAX differentiates (None: all). A callable's replay then gives no
-    gradient buffer to the others (their cotangents stay zero and unused), so what it sees differentiated is
-    what the caller differentiates (a mesh built from an input that is not differentiated is no concern of the
-    gradient check of `_ffi._executors`).
+    ``perturbed`` names the forward operands JAX differentiates (None: all). The others get no adjoint buffer
+    (``Binding("none")``; a struct when none of its array fields is differentiated): a kernel's backward entry
+    point then accumulates nothing for them (Warp's adjoints skip an adjoint array whose data is null), so no
+    cotangent JAX discards is zero-filled, written or, on a split CPU launch, copied per range; and a
+    callable's replay sees differentiated what the caller differentiates (a mesh built from an input that is
+    not differentiated is no concern of the gradient check of `_ffi._executors`). Their cotangent results stay
+    in the plan, unwritten, and are not read back.
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
     in_out = {res: op for op, res in plan.in_out_aliases}
@@ -44,7 +47,7 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     for p in plan.params:
         b = p.primal
         if b.source == "operand":
-            if plan.runs is Runs.CALLABLE and perturbed is not None and b.index not in perturbed:
+            if perturbed is not None and b.index not in perturbed:
                 params.append(Param(p.spec, b, Binding("none")))
                 continue
             params.append(Param(p.spec, b, Binding("result", b.index)))
@@ -62,27 +65,36 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
         elif b.source == "result":
             params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
         elif b.source == "struct":
+            if perturbed is not None and not perturbed.intersection(b.fields):
+                params.append(Param(p.spec, b, Binding("none")))
+                continue
             # The cotangent of each array field lands where the operand's cotangent goes.
             params.append(Param(p.spec, b, Binding("struct", fields=b.fields)))
         else:
             zero = 0.0 if wp.types.type_is_float(p.spec.dtype) else 0
             params.append(Param(p.spec, b, Binding("static", value=zero)))
     cotangents = tuple(Buffer(r.shape, r.dtype) for r in plan.results)
+    # Only the operand cotangents the launch accumulates into are zero-filled first; the others are not read back.
+    bound = {i for p in params for i in ((p.adjoint.index,) if p.adjoint.source == "result" else p.adjoint.fields)}
+    results = plan.operands + plan.results + cotangents + tuple(plan.operands[op] for op in replays)
+    race_free, private = _races.adjoint_split_proofs(
+        plan.runs, plan.target, params, results, plan.block_dim, plan.bounds_checked, plan.launch_dims
+    )
     return dataclasses.replace(
         plan,
         adjoint=True,
         params=tuple(params),
         operands=plan.operands + cotangents,
-        results=plan.operands + plan.results + cotangents + tuple(plan.operands[op] for op in replays),
-        zero_results=tuple(range(n_ops + n_res)),
+        results=results,
+        zero_results=tuple(i for i in range(n_ops) if i in bound) + tuple(range(n_ops, n_ops + n_res)),
         aliases=tuple((n_ops + j, n_ops + n_res + j) for j in range(n_res))
         + tuple((op, n_ops + 2 * n_res + k) for k, op in enumerate(replays)),
         batch_shape=(),
         operand_batch=(),
         protected=(),
         name=plan.name + " (adjoint)",
-        race_free=False,  # Warp's adjoint kernels accumulate into the input gradients with atomics
-        private=(),
+        race_free=race_free,
+        private=private,
     )
 
 

@@ -492,10 +492,13 @@ class _Reader:
             runs, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
         )
         shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward.race_free)
-        private = () if adjoint else _races.private_results(params, forward.private)
-        return dataclasses.replace(
-            plan, race_free=forward.race_free and not adjoint, private=private, shares_cpu_state=shares
-        )
+        if adjoint:
+            race_free, private = _races.adjoint_split_proofs(
+                runs, target, params, results, block_dim, plan.bounds_checked, plan.launch_dims
+            )
+        else:
+            race_free, private = forward.race_free, _races.private_results(params, forward.private)
+        return dataclasses.replace(plan, race_free=race_free, private=private, shares_cpu_state=shares)
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
         if "partitioned" not in self.doc:

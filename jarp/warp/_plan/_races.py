@@ -15,13 +15,14 @@ import types
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import warp as wp
 
 from .._upstream import _warp_internals
 from . import _analysis, _names, _writes
 from ._arg_spec import ArgSpec
 from ._struct_layout import _is_value_type
-from ._values import Param, Runs
+from ._values import Buffer, Param, Runs
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 
@@ -43,8 +44,8 @@ def split_proofs(
 ) -> SplitProofs:
     """Whether the forward launch of a plan with these fields may be split into index ranges, and how.
 
-    For `_builder.build_plan`, and `_describe` for a rebuilt plan (an adjoint plan splits neither way: Warp's
-    adjoints accumulate into every array they read). Only a kernel launch with one thread per block, unchecked,
+    For `_builder.build_plan`, and `_describe` for a rebuilt plan (an adjoint plan's launch: `adjoint_split_proofs`).
+    Only a kernel launch with one thread per block, unchecked,
     qualifies: a block dim above 1 may run cooperative tiles, and a bounds-checked build runs under jarp's guard,
     which reports the first failed check of the launch (one thread at a time). It is race-free (`race_blocker`), or
     else its only obstacle may be accumulation into output or in-out arrays of 32- or 64-bit elements
@@ -59,7 +60,69 @@ def split_proofs(
     return SplitProofs(False, () if reason is not None else accumulated)
 
 
-PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+# Builtins whose adjoints write memory of their own (a volume's gradient grid; the mesh adjoints that Warp marks as
+# missing would write the mesh's points' gradients): a backward launch that calls one stays whole.
+_GEOMETRY_ADJOINTS = re.compile(r"\bwp::(?:mesh|volume)_\w+\(")
+
+
+def adjoint_split_proofs(
+    runs: Runs,
+    target: Any,
+    params: Sequence[Param],
+    results: Sequence[Buffer],
+    block_dim: int | None,
+    bounds_checked: bool,
+    launch_dims: tuple[int, ...],
+) -> tuple[bool, tuple[tuple[int, str], ...]]:
+    """Whether the backward launch of an adjoint plan with these fields may be split into index ranges, and how.
+
+    Warp's backward entry point runs each thread's forward code again without its stores and atomics, then its
+    adjoint. Besides the thread's own variables, the adjoint touches the adjoints of the arrays the forward code
+    uses, at the indices it used: it reads the cotangent of an element the forward code stored or accumulated into
+    (and clears a stored element's cotangent after reading it), and accumulates, with plain read-modify-writes on
+    the CPU, into the adjoint of an element it read. So when the forward launch may be split (`split_proofs`: each
+    thread stores only at its own index and reads a written array only there, or else only accumulates into it),
+    the adjoints of written arrays are touched as their arrays were, at one thread's own index or read-only, and
+    the backward launch may be split with each index range accumulating into its own copy of the adjoints of the
+    arrays the kernel does not write (combined by sum). An adjoint of source none (an operand JAX does not
+    differentiate) and an integer array's adjoint (Warp accumulates nothing into those) need no copy.
+
+    It refuses a kernel Warp's record cannot describe, a called ``@wp.func`` whose adjoint is the user's or native
+    code (``@wp.func_grad``, ``@wp.func_replay``, ``@wp.func_native``: what it writes is unknown), mesh and volume
+    queries (their adjoints write the structure's gradients), and a differentiated struct parameter (the adjoints
+    of its array fields are not copied).
+
+    Returns:
+        ``(race_free, private)`` for the adjoint plan: ``(False, ())`` where the launch stays whole, else whether it
+        needs no copy at all, and ``Plan.private``: the adjoint results accumulated into, each with ``"add"``.
+    """
+    forward = split_proofs(runs, target, tuple(p.spec for p in params), block_dim, bounds_checked, launch_dims)
+    if not (forward.race_free or forward.private):
+        return False, ()
+    record = _warp_internals.codegen_record(target, block_dim)
+    if record.access is None or record.custom_adjoints:
+        return False, ()
+    if any(_GEOMETRY_ADJOINTS.search(line) for _, lines, _ in record.forward_code for line in lines):
+        return False, ()
+    # Warp's record marks the arrays it stores into reliably, but not every read (a vector element read through
+    # its address is not marked): an array not written is taken as read
+    written = set(_kernel_arrays(target, tuple(p.spec for p in params)).written)
+    written.update(name for name, access in record.access.items() if access.written)
+    private: list[tuple[int, str]] = []
+    for p in params:
+        spec = p.spec
+        if spec.is_struct and p.adjoint.source != "none":
+            return False, ()
+        if not spec.is_array or p.adjoint.source == "none" or spec.name in written:
+            continue
+        if p.adjoint.source != "result" or p.primal.source != "operand":
+            return False, ()
+        dtype = np.dtype(results[p.adjoint.index].dtype)
+        if dtype.name in ("float32", "float64"):
+            private.append((p.adjoint.index, "add"))
+        elif dtype.kind not in "biu":  # Warp accumulates nothing into an integer or boolean adjoint
+            return False, ()
+    return not private, tuple(private)
 
 
 class _Arrays(NamedTuple):

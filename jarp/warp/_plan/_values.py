@@ -122,11 +122,13 @@ class Plan:
         race_free: the kernel provably writes only at its own thread index, with no atomics, tiles or printing
             (`_races.race_blocker`), and runs forward with one thread per block, unchecked: its CPU launch may be
             split into index ranges run concurrently. Derived from the rest (never described; a rebuilt plan
-            recomputes it); False for callables and adjoints, whose kernels accumulate with atomics.
+            recomputes it); False for callables. For an adjoint (`_races.adjoint_split_proofs`): its backward
+            launch may be split with no private copies.
         private: where the launch is not race-free only because it accumulates into output or in-out arrays
             (`_races.split_proofs`), each such result buffer with its combination (``(result index, "add")``; also
             ``"min"``, ``"max"``): a split CPU launch gives each index range a zeroed copy of them and combines the
-            copies after. Derived like ``race_free``; empty for callables and adjoints.
+            copies after. Derived like ``race_free``; empty for callables. For an adjoint: the operands' adjoint
+            results its backward launch accumulates into (``"add"``), where `_races.adjoint_split_proofs` allows.
         shares_cpu_state: two launches of the kernel at once would share state (it uses tiles, whose CPU scratch
             storage is one global of the module, or prints), or jarp cannot tell (`_races.sharing_blocker`);
             True for callables. Otherwise the batch slices of a CPU call may run concurrently. Derived like

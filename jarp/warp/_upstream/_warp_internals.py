@@ -666,8 +666,9 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
 # runtime choice of the ``wp_linear_contiguous`` specialisation) verbatim.
 
 # Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
-RANGED_TEMPLATE_VERSION = 2
+RANGED_TEMPLATE_VERSION = 3
 _RANGED_SUFFIX = "_jarp_cpu_forward_range"
+_RANGED_BACKWARD_SUFFIX = "_jarp_cpu_backward_range"
 
 # The tile-storage setup opening each of Warp's CPU dispatch functions (``codegen.cpu_module_template_forward``). The
 # ranged entry leaves it out: on x86-64 ``wp::shared_tile_storage`` is a plain static (not thread-local), which
@@ -731,38 +732,71 @@ extern "C" WP_API void {name}{suffix}(
 {statements}}}
 """
 
+# The same for Warp's backward entry point ``{name}_cpu_backward(dim, args, adj_args)`` (its per-task function
+# ``{name}_cpu_kernel_backward<bool>``, its dispatch ``{name}_cpu_backward_dispatch``).
+_RANGED_BACKWARD_TEMPLATE = """
+template <bool wp_linear_contiguous>
+static WP_FORCEINLINE void {name}_jarp_cpu_backward_range_tasks(
+    wp::launch_bounds_t<{ndim}> *dim,
+    wp_args_{name} *_wp_args,
+    wp_args_{name} *_wp_adj_args,
+    size_t jarp_begin,
+    size_t jarp_end)
+{{
+    for (size_t task_index = jarp_begin; task_index < jarp_end; ++task_index)
+    {{
+        {name}_cpu_kernel_backward<wp_linear_contiguous>(
+            *dim, task_index, _wp_args, _wp_adj_args);
+    }}
+}}
+
+extern "C" WP_API void {name}{suffix}(
+    wp::launch_bounds_t<{ndim}> *dim,
+    wp_args_{name} *_wp_args,
+    wp_args_{name} *_wp_adj_args,
+    size_t jarp_begin,
+    size_t jarp_end)
+{{
+    if (jarp_end > dim->size)
+        jarp_end = dim->size;
+{statements}}}
+"""
+
 # Loaded companion objects, by cache key (each loaded once per process, never unloaded), and per loaded Warp module
-# build (``ModuleExec``): the companion's symbol lookup (None if no kernel of it has a ranged entry) and, by mangled
-# kernel name, why a kernel has none.
+# build (``ModuleExec``) and direction (backward or not): the companion's symbol lookup (None if no kernel of it has a
+# ranged entry) and, by mangled kernel name, why a kernel has none.
 _ranged_objects: dict[str, Callable[[str], int]] = {}
-_ranged_by_exec: weakref.WeakKeyDictionary[Any, tuple[Callable[[str], int] | None, dict[str, str]]] = (
+_ranged_by_exec: weakref.WeakKeyDictionary[Any, dict[bool, tuple[Callable[[str], int] | None, dict[str, str]]]] = (
     weakref.WeakKeyDictionary()
 )
 _ranged_handles = itertools.count()
 
 
-def ranged_entry_symbol(mangled_name: str) -> str:
-    """The symbol of jarp's ranged forward entry point for a kernel's mangled name (``{name}_jarp_cpu_forward_range``)."""
-    return mangled_name + _RANGED_SUFFIX
+def ranged_entry_symbol(mangled_name: str, backward: bool = False) -> str:
+    """The symbol of jarp's ranged entry point for a kernel's mangled name (``{name}_jarp_cpu_forward_range``)."""
+    return mangled_name + (_RANGED_BACKWARD_SUFFIX if backward else _RANGED_SUFFIX)
 
 
-def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
-    """The address of jarp's ranged CPU forward entry point of ``kernel`` in the module build ``entry`` came from; 0 if none.
+def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints, backward: bool = False) -> int:
+    """The address of jarp's ranged CPU entry point of ``kernel`` in the module build ``entry`` came from; 0 if none.
 
-    The entry point is ``extern "C" void {name}_jarp_cpu_forward_range(wp::launch_bounds_t<N>* dim,
+    The forward entry point is ``extern "C" void {name}_jarp_cpu_forward_range(wp::launch_bounds_t<N>* dim,
     wp_args_{name}* args, size_t begin, size_t end)``: the arguments of Warp's ``{name}_cpu_forward`` (the launch
     bounds and the argument struct, as pointers) and a task range. It runs the task indices ``begin`` to
     ``min(end, dim->size)`` with the same per-task code, and the same runtime choice of Warp's contiguous-array
     specialisation, as Warp's entry point runs every index of the launch, so splitting a launch into ranges gives
     bit-identical results (for a kernel whose tasks do not interact; that is the caller's to establish). Ranges may
-    run concurrently: the entry point touches no global state of its own.
+    run concurrently: the entry point touches no global state of its own. With ``backward``, the same for Warp's
+    backward entry point: ``{name}_jarp_cpu_backward_range(dim, args, adj_args, begin, end)``.
 
     It lives in a companion object: the C++ Warp compiled for ``entry.module_exec`` (the ``.cpp`` Warp keeps next to
     the binary in its kernel cache, else Warp's code generation rerun with the build's options) with a ranged entry
-    for each kernel appended, compiled with that build's options (``entry.build_options``). The object is cached
-    under ``wp.config.kernel_cache_dir``/``jarp-ranged`` by a hash of its source, its options, jarp's template
-    version, Warp's version and the CPU target, so another process loads it without compiling, and is loaded once
-    per process and never unloaded (the address stays valid for the life of the process).
+    for each kernel appended, compiled with that build's options (``entry.build_options``); Warp's entry points of
+    the other direction are made internal, so the compiler drops the code only they reach (a forward companion
+    compiles no adjoint code; a backward one, built only for a split adjoint launch, no forward entry). The object
+    is cached under ``wp.config.kernel_cache_dir``/``jarp-ranged`` by a hash of its source, its options, jarp's
+    template version, Warp's version and the CPU target, so another process loads it without compiling, and is
+    loaded once per process and never unloaded (the address stays valid for the life of the process).
 
     Returns 0 (and builds nothing) for kernels that are never split: a build with ``block_dim`` above 1 (cooperative
     CPU blocks), and the kernels of a module that uses tiles.
@@ -780,15 +814,15 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
     module_exec = entry.module_exec
     with _WARP_LOCK:
         name = module_exec.get_kernel_mangled_name(kernel)
-        companion = _ranged_by_exec.get(module_exec)
-        job = None if companion is not None else _ranged_job(kernel, entry)
+        companion = _ranged_by_exec.get(module_exec, {}).get(backward)
+        job = None if companion is not None else _ranged_job(kernel, entry, backward)
     if job is not None:
         # The compile (seconds for a large module) runs without Warp's lock, so other Warp work goes on meanwhile;
         # two threads compiling the same object each replace it with the same file.
         key, source, build, refused = job
         path = _ranged_object(key, source, build, kernel.module.name) if source else ""
         with _WARP_LOCK:
-            companion = _ranged_by_exec.get(module_exec)
+            companion = _ranged_by_exec.get(module_exec, {}).get(backward)
             if companion is None:
                 lookup = None
                 if source:
@@ -797,24 +831,28 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints) -> int:
                         lookup = load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
                         _ranged_objects[key] = lookup
                 companion = (lookup, refused)
-                _ranged_by_exec[module_exec] = companion
+                _ranged_by_exec.setdefault(module_exec, {})[backward] = companion
+    symbol = ranged_entry_symbol(name, backward)
     with _WARP_LOCK:
         lookup, refused = companion
         if name in refused:
             return 0
-        address = lookup(ranged_entry_symbol(name)) if lookup is not None else 0
+        address = lookup(symbol) if lookup is not None else 0
     if not address:
         raise RuntimeError(
-            f"jarp's ranged CPU entry point of kernel {kernel.key!r} ({ranged_entry_symbol(name)}) is missing from "
-            f"its companion object of Warp module '{kernel.module.name}'"
+            f"jarp's ranged CPU entry point of kernel {kernel.key!r} ({symbol}) is missing from its companion object "
+            f"of Warp module '{kernel.module.name}'"
         )
     return address
 
 
 _BACKWARD_ENTRY = re.compile(r"^WP_API void (\w+)_cpu_backward\(", re.MULTILINE)
+_FORWARD_ENTRY_HEAD = re.compile(r"^WP_API void (\w+)_cpu_forward\(", re.MULTILINE)
 
 
-def _ranged_job(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, str, dict[str, Any], dict[str, str]]:
+def _ranged_job(
+    kernel: wp.Kernel, entry: EntryPoints, backward: bool = False
+) -> tuple[str, str, dict[str, Any], dict[str, str]]:
     """What to compile for the companion object of ``entry``'s module build (under ``_WARP_LOCK``).
 
     Returns:
@@ -833,12 +871,14 @@ def _ranged_job(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, str, dict[s
             )
         options = dict(module.resolved_options[entry.block_dim])
     source = _build_source(module, module_exec, options, current)
-    appendix, refused = _ranged_appendix(source)
+    appendix, refused = _ranged_appendix(source, backward)
     if not appendix:
         return "", "", {}, refused
-    # The companion exports only the ranged forward entries: Warp's backward entry points, made internal and
-    # unused, are dropped by the compiler with the adjoint code only they reach (about half the build).
+    # The companion exports only the ranged entries: Warp's entry points of both directions, made internal and
+    # unused, are dropped by the compiler with the code only they reach (a forward companion compiles no adjoint
+    # code: about half the build).
     source = _BACKWARD_ENTRY.sub(r"static void \1_cpu_backward(", source)
+    source = _FORWARD_ENTRY_HEAD.sub(r"static void \1_cpu_forward(", source)
     source += (
         "\n// jarp: ranged CPU entry points (jarp/warp/_upstream/_warp_internals.py, ranged_cpu_entry)\n" + appendix
     )
@@ -932,14 +972,17 @@ def _ranged_object(key: str, source: str, build: dict[str, Any], module_name: st
     return str(obj)
 
 
-def _ranged_appendix(source: str) -> tuple[str, dict[str, str]]:
+def _ranged_appendix(source: str, backward: bool = False) -> tuple[str, dict[str, str]]:
     """jarp's ranged entry points for the kernels of Warp's CPU module source, and why the others have none.
 
     Returns the C++ to append to ``source`` and, by mangled kernel name, the reason a kernel gets no ranged entry.
+    With ``backward``, the ranged entries run Warp's backward code (`ranged_cpu_entry`).
 
     Raises:
         RuntimeError: if Warp's generated code no longer has the shape the ranged entry copies.
     """
+    direction = "backward" if backward else "forward"
+    args = "_wp_args, _wp_adj_args" if backward else "_wp_args"
     module_uses_tiles = bool(_TILE_USE.search(source.replace(_TILE_SETUP, "")))
     parts: list[str] = []
     refused: dict[str, str] = {}
@@ -953,62 +996,77 @@ def _ranged_appendix(source: str) -> tuple[str, dict[str, str]]:
         if module_uses_tiles:
             refused[name] = "its module uses tiles"
             continue
+        if backward and f"WP_API void {name}_cpu_backward(" not in source:
+            refused[name] = "its module is built without backward code"
+            continue
         for piece, what in (
-            (_kernel_forward_head(name, ndim), "the per-task function"),
-            (_forward_tasks(name, ndim), "the task loop"),
+            (_kernel_head(name, ndim, backward), f"the per-task function ({direction})"),
+            (_task_loop(name, ndim, backward), f"the task loop ({direction})"),
         ):
             if piece not in source:
                 raise _codegen_changed(name, f"{what} changed")
+        adj_param = f"    wp_args_{name} *_wp_adj_args)\n" if backward else ""
         head = (
-            f"static WP_FORCEINLINE void {name}_cpu_forward_dispatch(\n"
+            f"static WP_FORCEINLINE void {name}_cpu_{direction}_dispatch(\n"
             f"    wp::launch_bounds_t<{ndim}> *dim,\n"
-            f"    wp_args_{name} *_wp_args)\n"
-            "{\n"
+            + (f"    wp_args_{name} *_wp_args,\n" + adj_param if backward else f"    wp_args_{name} *_wp_args)\n")
+            + "{\n"
         )
         start = source.find(head)
         end = source.find("\n}\n", start)
         if start < 0 or end < 0:
-            raise _codegen_changed(name, "its dispatch function changed")
+            raise _codegen_changed(name, f"its {direction} dispatch function changed")
         dispatch = source[start + len(head) : end + 1]
         if not dispatch.startswith(_TILE_SETUP):
-            raise _codegen_changed(name, "its dispatch function no longer opens with the tile-storage setup")
+            raise _codegen_changed(name, f"its dispatch function ({direction}) lost the tile-storage setup")
         statements = dispatch[len(_TILE_SETUP) :]
         ranged = statements
         for flag in ("true", "false"):
             ranged = ranged.replace(
-                f"{name}_cpu_forward_tasks<{flag}>(dim, _wp_args);",
-                f"{name}_jarp_cpu_forward_range_tasks<{flag}>(dim, _wp_args, jarp_begin, jarp_end);",
+                f"{name}_cpu_{direction}_tasks<{flag}>(dim, {args});",
+                f"{name}_jarp_cpu_{direction}_range_tasks<{flag}>(dim, {args}, jarp_begin, jarp_end);",
             )
-        if ranged == statements or "_cpu_forward_tasks" in ranged:
-            raise _codegen_changed(name, "its dispatch function no longer calls the task loop as expected")
-        parts.append(_RANGED_TEMPLATE.format(name=name, ndim=ndim, suffix=_RANGED_SUFFIX, statements=ranged))
+        if ranged == statements or f"_cpu_{direction}_tasks" in ranged:
+            raise _codegen_changed(name, f"its {direction} dispatch function no longer calls the task loop as expected")
+        template = _RANGED_BACKWARD_TEMPLATE if backward else _RANGED_TEMPLATE
+        suffix = _RANGED_BACKWARD_SUFFIX if backward else _RANGED_SUFFIX
+        parts.append(template.format(name=name, ndim=ndim, suffix=suffix, statements=ranged))
     return "".join(parts), refused
 
 
-def _kernel_forward_head(name: str, ndim: str) -> str:
-    """The head of Warp's per-task forward function (``codegen.cpu_kernel_template_forward``)."""
+def _kernel_head(name: str, ndim: str, backward: bool = False) -> str:
+    """The head of Warp's per-task function (``codegen.cpu_kernel_template_forward`` / ``_backward``)."""
+    args = (
+        f"    wp_args_{name} *_wp_args,\n    wp_args_{name} *_wp_adj_args)\n"
+        if backward
+        else f"    wp_args_{name} *_wp_args)\n"
+    )
     return (
         "template <bool wp_linear_contiguous>\n"
-        f"static void {name}_cpu_kernel_forward(\n"
+        f"static void {name}_cpu_kernel_{'backward' if backward else 'forward'}(\n"
         f"    wp::launch_bounds_t<{ndim}> dim,\n"
-        "    size_t task_index,\n"
-        f"    wp_args_{name} *_wp_args)\n"
-        "{\n"
+        "    size_t task_index,\n" + args + "{\n"
     )
 
 
-def _forward_tasks(name: str, ndim: str) -> str:
-    """Warp's task loop (``codegen.cpu_module_template_forward``): every task index, one per-task call, nothing else."""
+def _task_loop(name: str, ndim: str, backward: bool = False) -> str:
+    """Warp's task loop (``codegen.cpu_module_template_forward`` / ``_backward``): every task index, one per-task
+    call, nothing else."""
+    if backward:
+        params = f"    wp_args_{name} *_wp_args,\n    wp_args_{name} *_wp_adj_args)\n"
+        call = (
+            f"        {name}_cpu_kernel_backward<wp_linear_contiguous>(\n"
+            "            *dim, task_index, _wp_args, _wp_adj_args);\n"
+        )
+    else:
+        params = f"    wp_args_{name} *_wp_args)\n"
+        call = f"        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);\n"
     return (
         "template <bool wp_linear_contiguous>\n"
-        f"static WP_FORCEINLINE void {name}_cpu_forward_tasks(\n"
-        f"    wp::launch_bounds_t<{ndim}> *dim,\n"
-        f"    wp_args_{name} *_wp_args)\n"
-        "{\n"
+        f"static WP_FORCEINLINE void {name}_cpu_{'backward' if backward else 'forward'}_tasks(\n"
+        f"    wp::launch_bounds_t<{ndim}> *dim,\n" + params + "{\n"
         "    for (size_t task_index = 0; task_index < dim->size; ++task_index)\n"
-        "    {\n"
-        f"        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);\n"
-        "    }\n"
+        "    {\n" + call + "    }\n"
         "}\n"
     )
 
@@ -1039,6 +1097,10 @@ def check_ranged_entries() -> None:
     assert "{name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);" in tasks, (
         "Warp's CPU task loop no longer calls the per-task function once per task index"
     )
+    assert "static void {name}_cpu_kernel_backward(" in codegen.cpu_kernel_template_backward, (
+        "Warp's per-task CPU backward function changed"
+    )
+    assert _TILE_SETUP in codegen.cpu_module_template_backward, "Warp's CPU backward dispatch changed"
     assert _TILE_SETUP in tasks, "Warp's CPU dispatch no longer sets up tile storage as jarp's ranged entry expects"
     parameters = set(inspect.signature(_build.build_cpu).parameters) - {"obj_path", "cpp_path"}
     assert parameters == _BUILD_CPU_KWARGS, f"build_cpu's parameters changed: {sorted(parameters)}"
@@ -1062,13 +1124,19 @@ def check_ranged_entries() -> None:
     if module.options.get("enable_backward", True):
         # the companion makes Warp's backward entry points internal (`_ranged_job`): they must still look so
         assert len(_BACKWARD_ENTRY.findall(source)) == 2, "Warp's CPU backward entry points changed (_BACKWARD_ENTRY)"
+    backward, refused = _ranged_appendix(source, backward=True)
+    assert refused == {}, f"the probe kernels got no ranged backward entry points: {refused}"
+    assert len(_FORWARD_ENTRY_HEAD.findall(source)) == 2, "Warp's CPU forward entry points changed"
     for kernel, flags in ((linear, ("true", "false")), (grid, ("false",))):
         name = kernel.get_mangled_name()
         assert f"WP_API void {ranged_entry_symbol(name)}(" in appendix, f"no ranged entry point for {kernel.key}"
+        assert f"WP_API void {ranged_entry_symbol(name, True)}(" in backward, f"no ranged backward for {kernel.key}"
         for flag in flags:
             assert f"{name}_jarp_cpu_forward_range_tasks<{flag}>(dim, _wp_args, jarp_begin, jarp_end);" in appendix, (
                 f"the ranged entry point of {kernel.key} does not take Warp's <{flag}> specialisation"
             )
+            call = f"{name}_jarp_cpu_backward_range_tasks<{flag}>(dim, _wp_args, _wp_adj_args, jarp_begin, jarp_end);"
+            assert call in backward, f"the ranged backward entry of {kernel.key} does not take Warp's <{flag}> case"
     assert re.search(
         r"const bool wp_linear_contiguous = dim->coord_mult == 1 && \(.*strides\[0\] == \(int\)sizeof", appendix
     ), "Warp's runtime test for the contiguous specialisation changed"
@@ -1297,6 +1365,9 @@ class CodegenRecord(NamedTuple):
     # each @wp.func it calls (each overload), for what no Python-level record says (which builtins run, on what);
     # the types name each variable's Warp type (``("var_3", "MeshQueryPoint")``)
     forward_code: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ()
+    # The @wp.func overloads the kernel calls whose adjoint is the user's (``@wp.func_grad``, ``@wp.func_replay``)
+    # or native code (``@wp.func_native``): what they write in a backward pass no record says
+    custom_adjoints: tuple[str, ...] = ()
 
 
 def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
@@ -1340,11 +1411,18 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
             code = [(kernel.key, *_forward_lines(kernel.adj))]
             seen = {id(kernel.adj)}
+            custom: list[str] = []
             for fn in builder.functions:
-                for adj in (getattr(fn, "adj", None), *(o.adj for o in getattr(fn, "user_overloads", {}).values())):
+                for f in (fn, *getattr(fn, "user_overloads", {}).values()):
+                    adj = getattr(f, "adj", None)
                     if adj is not None and id(adj) not in seen:
                         seen.add(id(adj))
                         code.append((fn.key, *_forward_lines(adj)))
+                    if any(
+                        getattr(f, a, None)
+                        for a in ("custom_grad_func", "custom_replay_func", "native_snippet", "adj_native_snippet")
+                    ):
+                        custom.append(fn.key)
             # Warp leaves each built adjoint pointing at its builder, which lists the kernel: a long-lived
             # @wp.func would keep this kernel (and its plans) alive
             for fn in (kernel, *builder.functions):
@@ -1362,7 +1440,7 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
                 for name, var in kernel.adj.symbols.items()
                 if isinstance(var, wp._src.codegen.Var) and _is_value_type(var.type)
             )
-            return CodegenRecord(access, None, values, tuple(code))
+            return CodegenRecord(access, None, values, tuple(code), tuple(dict.fromkeys(custom)))
         except Exception as e:
             return CodegenRecord(None, f"{type(e).__name__}: {e}", frozenset())
         finally:
@@ -1419,6 +1497,7 @@ def check_array_access() -> None:
                 ("atomic", _access_atomic),
                 ("func", _access_func),
                 ("folded", _access_folded),
+                ("custom", _access_custom),
             )
         }
     expected = {
@@ -1426,6 +1505,7 @@ def check_array_access() -> None:
         "atomic": {"a": (False, True), "b": (True, False)},
         "func": {"a": (False, True), "b": (False, False)},
         "folded": {"a": (True, False), "b": (False, True)},
+        "custom": {"a": (True, False), "b": (False, True)},
     }
     assert is_builtin_name("atomic_add"), "Warp's builtin registry moved (is_builtin_name)"
     for name in STRUCTURE_TYPES:
@@ -1436,6 +1516,9 @@ def check_array_access() -> None:
     assert any("wp::array_store(" in line for line in code[-1][1]), "Warp's adj.blocks changed (forward_code)"
     assert ("var_0", "int32") in code[0][2], "Warp's adj.variables changed (forward_code)"
     assert len(code) == 2, "Warp's ModuleBuilder.functions changed (codegen_record.forward_code)"
+    assert codegen_record(probes["func"]).custom_adjoints == (), "codegen_record.custom_adjoints sees a plain func"
+    custom = codegen_record(probes["custom"]).custom_adjoints
+    assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"
     a = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
     tape = wp.Tape()
     tape.record_launch(probes["store"], 1, 0, [a], [a], "cpu")
@@ -1468,6 +1551,21 @@ def _access_atomic(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
 def _access_func(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
     i = wp.tid()
     _access_bump(x=a, i=i)
+
+
+@wp.func
+def _access_scaled(x: float):
+    return 2.0 * x
+
+
+@wp.func_grad(_access_scaled)
+def _access_scaled_grad(x: float, adj_ret: float):
+    wp.adjoint[x] += 2.0 * adj_ret
+
+
+def _access_custom(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+    i = wp.tid()
+    b[i] = _access_scaled(a[i])
 
 
 def _access_folded(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:

@@ -130,3 +130,69 @@ def long_threads_own(x: wp.array(dtype=float), n: int, out: wp.array(dtype=float
     for _ in range(n):
         v = wp.sin(v) * 0.9 + 0.1
     out[i] = v
+
+
+# -- reverse passes (Warp's adjoints of accumulating kernels) --
+
+
+@wp.struct
+class Springs:
+    edges: wp.array(dtype=wp.vec2i)
+    rest: wp.array(dtype=wp.float64)
+
+
+@wp.kernel
+def spring_energy(
+    edges: wp.array(dtype=wp.vec2i),
+    x: wp.array(dtype=wp.vec3d),
+    rest: wp.array(dtype=wp.float64),
+    k: wp.float64,
+    energy: wp.array(dtype=wp.float64),
+):
+    """A mass-spring energy summed into one element: its adjoint scatters into both ends of each spring."""
+    e = wp.tid()
+    a = edges[e]
+    d = wp.length(x[a[1]] - x[a[0]]) - rest[e]
+    wp.atomic_add(energy, 0, wp.float64(0.5) * k * d * d)
+
+
+@wp.kernel
+def spring_energy_struct(
+    springs: Springs, x: wp.array(dtype=wp.vec3d), k: wp.float64, energy: wp.array(dtype=wp.float64)
+):
+    """`spring_energy` with the mesh in a struct (as FEM libraries pass it)."""
+    e = wp.tid()
+    a = springs.edges[e]
+    d = wp.length(x[a[1]] - x[a[0]]) - springs.rest[e]
+    wp.atomic_add(energy, 0, wp.float64(0.5) * k * d * d)
+
+
+@wp.kernel
+def own_and_neighbour(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    """Race-free forward (each thread stores its own element) whose adjoint accumulates into a neighbour's."""
+    i = wp.tid()
+    j = (i + 1) % x.shape[0]
+    out[i] = x[i] * x[j]
+
+
+@wp.kernel
+def stored_then_read(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i]
+    out[i] = out[i] * 2.0
+
+
+@wp.func
+def doubled(v: float):
+    return 2.0 * v
+
+
+@wp.func_grad(doubled)
+def doubled_grad(v: float, adj_ret: float):
+    wp.adjoint[v] += 2.0 * adj_ret
+
+
+@wp.kernel
+def custom_gradient(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = doubled(x[i])
