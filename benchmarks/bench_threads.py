@@ -142,7 +142,7 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
         wp.atomic_add(energy, 0, wp.float64(0.5) * k * d * d)
 
     heavy, light, pairs = jw.jax_kernel(relax), jw.jax_kernel(axpy), jw.jax_kernel(pair_energy)
-    springs = jw.jax_kernel(spring_energy, enable_backward=True)
+    springs = jw.jax_kernel(spring_energy, output_dims=1, enable_backward=True)
     throughput = jw.jax_kernel(chains)
     key = jax.random.key(0)
     inputs = {

@@ -11,7 +11,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 
-def describe(x: Any) -> str:
+def leaf_phrase(x: Any) -> str:
     """A short description of a leaf for error messages."""
     if eqx.is_array_like(x) and not isinstance(x, bool | int | float | complex):
         return f"array of shape {tuple(np.shape(x))} and dtype {x.dtype}"
@@ -78,8 +78,8 @@ def flat_map_leaves(
         for name, leaf in zip(names[1:], leaves[1:], strict=True):
             if eqx.is_array_like(first) or not same_object(first, leaf):
                 raise ValueError(
-                    f"{fn_name}: the leaf at `{jtu.keystr(path)}` is {describe(first)} in `{names[0]}` but "
-                    f"{describe(leaf)} in `{name}`. Leaves that are not arrays are passed through unchanged, so "
+                    f"{fn_name}: the leaf at `{jtu.keystr(path)}` is {leaf_phrase(first)} in `{names[0]}` but "
+                    f"{leaf_phrase(leaf)} in `{name}`. Leaves that are not arrays are passed through unchanged, so "
                     "they must be the same object in every tree; partition them out with `eqx.partition` first "
                     "if they legitimately differ."
                 )

@@ -103,7 +103,7 @@ class AbstractWarpModule(eqx.Module):
                 args,
                 self.jvp,
                 self.vjp,
-                self._describe(self._unresolved_target()),
+                self._label(self._unresolved_target()),
                 primal_differentiable=self.enable_backward,
             )
         # Before building anything: a kernel whose plans are released leaves Warp's live set, so
@@ -114,7 +114,7 @@ class AbstractWarpModule(eqx.Module):
             # the error): collect them once, so that Warp's next build of that module leaves it out.
             gc.collect()
         target = self._resolve(args)
-        what = self._describe(target)
+        what = self._label(target)
         bound = bind_arguments(self._signature(target), args, what=what, runtime_scalars=self._runtime_scalars)
         plan = self._plan(target, bound, options, what)
         vmap_method = options.get("vmap_method")
@@ -150,7 +150,7 @@ class AbstractWarpModule(eqx.Module):
         """The signature of a resolved target under this module's output options."""
 
     @abc.abstractmethod
-    def _describe(self, target: Any) -> str:
+    def _label(self, target: Any) -> str:
         """How messages name this module and target (``"jax_kernel() kernel 'k'"``)."""
 
     @abc.abstractmethod

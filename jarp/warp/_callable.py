@@ -182,12 +182,12 @@ class JaxCallable(AbstractWarpModule):
     def _signature(self, target: Callable[..., Any]) -> Signature:
         return _signature(target, self.num_outputs, self.in_out_argnames)
 
-    def _describe(self, target: Callable[..., Any]) -> str:
+    def _label(self, target: Callable[..., Any]) -> str:
         return _label(target) or f"{_WHAT} {callable_name(target)}"
 
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
         target = self._resolve(args)
-        what = self._describe(target)
+        what = self._label(target)
         params = _annotations.function_params(target, _WHAT)
         sig = self._signature(target)
         if len(args) != sig.num_inputs:

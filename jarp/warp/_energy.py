@@ -404,7 +404,7 @@ def _inputs(f: Callable[..., Any]) -> list[tuple[str, str | None]] | None:
         specs = f.input_specs()
         if specs is None:
             return None
-        return [(s.name, None if s.generic else s.describe()) for s in specs]  # a generic parameter has no type yet
+        return [(s.name, None if s.generic else s.phrase()) for s in specs]  # a generic parameter has no type yet
     try:
         params = inspect.signature(f).parameters.values()
     except (TypeError, ValueError):

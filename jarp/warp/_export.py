@@ -1,7 +1,7 @@
 """Exporting programs with jarp calls: `export_checks`, the one line ``jax.export`` needs.
 
 A jarp call lowers to a custom call of jarp's own FFI target, which names its plan by content (see
-`jarp.warp._plan._describe`), so an exported program means the same in the process that loads it. JAX
+`jarp.warp._plan._content`), so an exported program means the same in the process that loads it. JAX
 only exports custom calls on its own list of stable targets unless the caller disables that check for a
 target; jarp's promise in return is its call ABI: a program records the version it was lowered with,
 and a jarp that speaks another version refuses it with an error saying which versions met.

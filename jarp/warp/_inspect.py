@@ -168,7 +168,7 @@ def _binding(binding: Binding, buffers: str = "operands") -> str:
 def _type_repr(param: Param) -> str:
     spec = param.spec
     if spec.is_struct:
-        return spec.describe()
+        return spec.phrase()
     elem = spec.element_name
     return f"array(ndim={spec.warp_ndim}, dtype={elem})" if spec.is_array else elem
 

@@ -234,7 +234,7 @@ class JaxKernel(AbstractWarpModule):
     def _signature(self, target: wp.Kernel) -> Signature:
         return _signature(target, self.num_outputs, self.in_out_argnames)
 
-    def _describe(self, target: wp.Kernel) -> str:
+    def _label(self, target: wp.Kernel) -> str:
         return f"{_WHAT} kernel {target.key!r}"
 
     def _shapes(self, bound: BoundCall, options: Mapping[str, Any], what: str) -> tuple[Any, list[Any], int | None]:
@@ -252,7 +252,7 @@ class JaxKernel(AbstractWarpModule):
         # a structure stands in as a static id, so a generic kernel's arg_types_factory sees wp.uint64 for it
         placeholders = tuple(np.uint64(0) if _geometry_calls.is_structure(a) else a for a in args)
         target = self._resolve(placeholders)
-        what = self._describe(target)
+        what = self._label(target)
         sig = self._signature(target)
         _geometry_calls.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
         bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)

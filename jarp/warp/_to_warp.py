@@ -41,7 +41,7 @@ class _Hint:
     spec: Any
 
 
-def _describe(dtype: Any) -> str:
+def _dtype_phrase(dtype: Any) -> str:
     """Return a short name of a Warp dtype (or of any other object) for error messages."""
     return getattr(dtype, "__name__", None) or repr(dtype)
 
@@ -138,7 +138,7 @@ def _resolve(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -> t
     trailing = shape[-n_inner:]
     for want, have in zip(hint.inner, trailing, strict=True):
         if want is not None and want != have:
-            given = _describe(hint.concrete) if hint.concrete is not None else repr(hint.spec)
+            given = _dtype_phrase(hint.concrete) if hint.concrete is not None else repr(hint.spec)
             msg = (
                 f"dtype={given} spans trailing dims {tuple(-1 if d is None else d for d in hint.inner)}, "
                 f"but arr has shape {shape}; pass -1 to infer a dimension or reshape arr"
@@ -285,7 +285,7 @@ def _to_warp_warp(arr: wp.array, dtype: Any = None, *, requires_grad: bool = Fal
     _check_device(kwargs, arr.device, "warp.array", "copy it first with arr.to(device)")
     if not _dtype_fits(arr.dtype, hint):
         msg = (
-            f"arr is a warp.array of dtype {_describe(arr.dtype)}, which does not match dtype={dtype!r}; "
+            f"arr is a warp.array of dtype {_dtype_phrase(arr.dtype)}, which does not match dtype={dtype!r}; "
             "to_warp returns Warp arrays as they are and never casts or reinterprets them. "
             "Build the array with the wanted dtype instead, e.g. to_warp(arr.numpy(), dtype)"
         )

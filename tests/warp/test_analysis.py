@@ -17,7 +17,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import PlanInfo, list_plans
 from jarp.warp._plan import _analysis
 from jarp.warp._plan._analysis import overwritten_outputs
-from jarp.warp._plan._describe import describe, rebuild
+from jarp.warp._plan._content import content_text, rebuild
 from jarp.warp._plan._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
@@ -351,10 +351,10 @@ def test_elementwise_plan_is_race_free_and_rebuilds_so() -> None:
     assert "race-free True" in str(info)
     plan = registry.plan(info.handle)
     assert plan.race_free is True
-    again = rebuild(describe(plan))
+    again = rebuild(content_text(plan))
     assert again.race_free is True
     assert again == plan
-    assert "race_free" not in describe(plan)  # derived, never described
+    assert "race_free" not in content_text(plan)  # derived, never described
 
 
 def test_adjoint_plans_are_not_race_free() -> None:
@@ -362,7 +362,7 @@ def test_adjoint_plans_are_not_race_free() -> None:
     forward, adjoint = _infos(jax.value_and_grad(lambda a, b: jnp.sum(m(a, b, 2.0)[0]), argnums=(0, 1)), X, X)
     assert (forward.kind, forward.race_free) == ("kernel", True)
     assert (adjoint.kind, adjoint.race_free) == ("adjoint", False)  # Warp's adjoints accumulate with atomics
-    assert rebuild(describe(registry.plan(adjoint.handle))).race_free is False
+    assert rebuild(content_text(registry.plan(adjoint.handle))).race_free is False
 
 
 def test_atomic_kernel_plan_is_not_race_free() -> None:
@@ -480,6 +480,6 @@ def test_plans_say_whether_their_slices_may_run_at_once() -> None:
     assert (plan.race_free, plan.shares_cpu_state) == (False, False)  # atomics: slices at once, never ranges
     assert (tile_plan.race_free, tile_plan.shares_cpu_state) == (False, True)
     for p in (plan, tile_plan):
-        again = rebuild(describe(p))
+        again = rebuild(content_text(p))
         assert again == p
-        assert "shares_cpu_state" not in describe(p)  # derived, never described
+        assert "shares_cpu_state" not in content_text(p)  # derived, never described

@@ -13,7 +13,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry, _target
-from jarp.warp._plan._describe import ABI_VERSION
+from jarp.warp._plan._content import ABI_VERSION
 
 from .support import kernels as k
 from .support.lowered import custom_calls
@@ -186,7 +186,7 @@ def test_a_retraced_plan_is_resolved_without_a_rebuild(monkeypatch):
     # instead of rebuilding it, and `registry.lookup` finds its handle.
     import gc
 
-    from jarp.warp._plan import _describe
+    from jarp.warp._plan import _content
 
     m = jax_kernel(k.triple_kernel)
     x = jnp.ones(11, jnp.float32)
@@ -201,7 +201,7 @@ def test_a_retraced_plan_is_resolved_without_a_rebuild(monkeypatch):
     def no_rebuild(text):
         raise AssertionError("a plan this process holds was rebuilt from its description")
 
-    monkeypatch.setattr(_describe, "rebuild", no_rebuild)
+    monkeypatch.setattr(_content, "rebuild", no_rebuild)
     handle, lease = _registry.registry.resolve(again["desc"])
     _registry.registry.release_states([lease])
     assert handle == first["plan"]

@@ -398,12 +398,12 @@ def test_the_cap_reaches_a_fresh_process_handler() -> None:
 def test_a_ranged_entry_that_fails_to_build_leaves_the_launch_whole(
     monkeypatch: pytest.MonkeyPatch, restore_threads: None
 ) -> None:
-    from jarp.warp._upstream import _warp_internals
+    from jarp.warp._ffi import _ranged
 
     def fail(*args: object) -> int:
         raise RuntimeError("Warp's bundled Clang failed to compile (a test)")
 
-    monkeypatch.setattr(_warp_internals, "ranged_cpu_entry", fail)
+    monkeypatch.setattr(_ranged, "ranged_cpu_entry", fail)
     size = _threads.MIN_TASKS + 12_345  # a plan no other test made: its executor is built here
     x = jnp.asarray(np.random.default_rng(8).standard_normal(size), jnp.float32)
     w = jnp.ones(size, jnp.float32)

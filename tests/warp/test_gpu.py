@@ -32,7 +32,7 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
-from jarp.warp._plan._describe import ABI_VERSION
+from jarp.warp._plan._content import ABI_VERSION
 from jarp.warp._upstream import _warp_internals
 from tests.warp import test_struct
 from tests.warp.support import kernels as k

@@ -32,7 +32,7 @@ from jarp.warp import LaunchDimsWarning, jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _launch_checks
 from jarp.warp._plan._analysis import tid_indexed
-from jarp.warp._plan._describe import describe, rebuild
+from jarp.warp._plan._content import content_text, rebuild
 
 from .support import kernels as k
 from .support import kernels_bounds as kb
@@ -396,6 +396,6 @@ def test_a_plan_rebuilt_from_its_description_stays_silent() -> None:
     assert plan.launch_dims == (35,)
     assert all(type(r.shape) is tuple for r in plan.results)
     with _launch_warnings() as caught:
-        again = rebuild(describe(plan))  # the description does not say the dims were inferred
+        again = rebuild(content_text(plan))  # the description does not say the dims were inferred
     assert again == plan
     assert caught == []

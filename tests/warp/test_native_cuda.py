@@ -466,7 +466,7 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
 ) -> None:
     handle, plan = PLANS[case]()
     executor = _cuda_executor(plan, monkeypatch)
-    descriptor = executor.describe()
+    descriptor = executor.native_descriptor()
     assert descriptor is not None
     assert env.handler.publish(handle, 1, descriptor)  # slot 1: CUDA ordinal 0
     frame = _frame(env, handle, plan)
@@ -530,7 +530,7 @@ def test_in_out_copies_of_a_partitioned_call_run_first_on_the_stream(
     executor = _cuda_executor(plan, monkeypatch)
     assert plan.aliases
     executor.copies = [(i, j, plan.results[j].nbytes) for i, j in plan.aliases]
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     frame = _frame(fresh, handle, plan)
     fresh.reset(_param_sizes(plan, type(executor.bounds)))
     fresh.cuda.memcpy_result = not fails
@@ -553,7 +553,7 @@ def test_the_zero_fill_of_an_empty_launch_grid_still_runs(fresh: Env, monkeypatc
     handle, plan = _plan(lambda w: scatter(jnp.zeros(0, jnp.int32), w)[0], jnp.zeros(0, jnp.float32))
     executor = _cuda_executor(plan, monkeypatch)
     assert executor.empty
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     frame = _frame(fresh, handle, plan)
     assert fresh.call(frame) == 0
     assert fresh.cuda.memsets == [(CONTEXT, frame.ret_ptrs[0], 0, 12, STREAM)]
@@ -569,7 +569,7 @@ def test_a_failed_launch_or_memset_is_an_xla_error_with_the_descriptors_message(
         PLANS["batched forward, one operand unbatched"]() if what == "launch" else PLANS["zero-filled result"]()
     )
     executor = _cuda_executor(plan, monkeypatch)
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     frame = _frame(fresh, handle, plan)
     fresh.reset(_param_sizes(plan, type(executor.bounds)))
     if what == "launch":
@@ -608,7 +608,7 @@ def test_a_kernel_short_of_shared_memory_reports_warps_diagnosis_natively(
     shortfall = "more than the 101376 bytes device 'cuda:0' allows"
     executor.entry.hooks.forward_smem_shortfall = shortfall  # Warp found it when it loaded the module
     executor.entry.hooks.forward_smem_bytes = 200_000
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     frame = _frame(fresh, handle, plan)
     fresh.reset(_param_sizes(plan, type(executor.bounds)))
     fresh.cuda.launch_result = 1
@@ -660,12 +660,12 @@ def test_a_frame_the_handler_does_not_recognise_goes_to_the_slow_path(
 ) -> None:
     handle, plan = PLANS["zero-filled result"]()  # would memset and launch if it were taken for the plan's
     executor = _cuda_executor(plan, monkeypatch)
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     change = _mismatches(plan)[case]
     if case == "device ordinal 16":
         # Slot 1 + 16 of a handle would read the table entry of the next handle's CPU slot: publish one there.
         assert (handle + 1) % _native.NativeHandler.CHUNK_HANDLES != 0
-        assert fresh.handler.publish(handle + 1, 0, executor.describe())
+        assert fresh.handler.publish(handle + 1, 0, executor.native_descriptor())
         request.addfinalizer(lambda: fresh.handler.withdraw([handle + 1]))
     fresh.xla.ordinal = change.get("ordinal", 0)
     args = change.get("args", [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)])
@@ -686,7 +686,7 @@ def test_a_frame_the_handler_does_not_recognise_goes_to_the_slow_path(
 def test_the_last_device_slot_is_ordinal_15(fresh: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     handle, plan = PLANS["forward"]()
     executor = _cuda_executor(plan, monkeypatch)
-    assert fresh.handler.publish(handle, 16, executor.describe())
+    assert fresh.handler.publish(handle, 16, executor.native_descriptor())
     fresh.reset(_param_sizes(plan, type(executor.bounds)))
     fresh.xla.ordinal = 15
     frame = _frame(fresh, handle, plan)
@@ -736,7 +736,7 @@ def test_the_instantiate_stage_keeps_the_resolved_plan_as_the_calls_state(
 ) -> None:
     handle, plan = PLANS["forward"]()
     executor = _cuda_executor(plan, monkeypatch)
-    assert fresh.handler.publish(handle, 1, executor.describe())
+    assert fresh.handler.publish(handle, 1, executor.native_descriptor())
     fresh.handler.take_released()  # drain what earlier tests left in the copy's queue
     fresh.resolved = (handle, 1234)  # what jarp's Python side resolves the description to: handle and lease id
     setup = Frame(fresh.xla, [], [], None, stage=_xla_ffi.STAGE_INSTANTIATE)

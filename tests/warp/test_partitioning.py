@@ -11,7 +11,7 @@ import pytest
 
 from jarp.warp import jax_kernel
 from jarp.warp._ffi._registry import registry
-from jarp.warp._plan import _describe
+from jarp.warp._plan import _content
 
 from .support import kernels as k
 
@@ -66,10 +66,10 @@ def test_partitioned_plans_describe_and_rebuild() -> None:
     assert part.call_operand_shape(0) == (3, 1, 4)
     assert part.call_operand_shape(1) == (4,)
     assert part.call_result_shape(0) == (3, 1, 4)
-    text = _describe.describe(part)
+    text = _content.content_text(part)
     assert '"partitioned":true' in text
-    assert '"partitioned"' not in _describe.describe(plan)
-    assert _describe.rebuild(text) == part
+    assert '"partitioned"' not in _content.content_text(plan)
+    assert _content.rebuild(text) == part
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_partitioned_descriptions_are_checked(edit, match) -> None:
     import json
 
     plan, _lowered = _batched_plan()
-    doc = json.loads(_describe.describe(dataclasses.replace(plan, partitioned=True)))
+    doc = json.loads(_content.content_text(dataclasses.replace(plan, partitioned=True)))
     edit(doc)
-    with pytest.raises(_describe.DescriptionError, match=match):
-        _describe.rebuild(json.dumps(doc))
+    with pytest.raises(_content.ContentError, match=match):
+        _content.rebuild(json.dumps(doc))

@@ -303,7 +303,7 @@ def test_a_scattering_adjoint_splits_with_private_copies_and_matches_numpy() -> 
     # Warp's adjoint of a gather (x[edges[e][0]]) scatters into x's gradient: each index range gets its own copy
     n_springs, n_verts, k = 3 * _threads.MIN_TASKS, 4_000, 3.0
     edges, x, rest = _springs(n_springs, n_verts, 11)
-    kernel = jw.jax_kernel(kp.spring_energy, enable_backward=True)
+    kernel = jw.jax_kernel(kp.spring_energy, output_dims=1, enable_backward=True)
     grad = jax.jit(jax.grad(lambda x, rest: kernel(edges, x, rest, k)[0][0], argnums=(0, 1)))
     with jax.enable_x64(True):
         one, pooled_one, _ = _run(grad, x, rest, threads=1)
@@ -336,7 +336,7 @@ def test_an_adjoint_without_copies_is_race_free_and_a_cap_of_one_keeps_it_whole(
     # only x is differentiated, and the struct holding the mesh is not: no copy of it, none of the integer edges
     n_springs, n_verts, k = 3 * _threads.MIN_TASKS, 4_000, 2.0
     edges, x, rest = _springs(n_springs, n_verts, 12)
-    kernel = jw.jax_kernel(kp.spring_energy_struct, launch_dims=n_springs, enable_backward=True)
+    kernel = jw.jax_kernel(kp.spring_energy_struct, launch_dims=n_springs, output_dims=1, enable_backward=True)
     springs = {"edges": edges, "rest": rest}
     grad = jax.jit(jax.grad(lambda x: kernel(springs, x, k)[0][0], argnums=(0,)))
     with jax.enable_x64(True):

@@ -1,4 +1,4 @@
-"""jarp's ranged CPU entry points (`_warp_internals.ranged_cpu_entry`).
+"""jarp's ranged CPU entry points (`jarp.warp._ffi._ranged`).
 
 A ranged entry point runs the task indices ``[begin, end)`` of a CPU launch with the code Warp's own entry point runs
 for each of them, so a launch split into ranges, run in any order, writes bit-identical results. The entry points
@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import warp as wp
 
+from jarp.warp._ffi import _ranged as rg
 from jarp.warp._upstream import _warp_internals as wi
 
 from .support import kernels_ranged as kr
@@ -71,7 +72,7 @@ def _check_split(kernel: wp.Kernel, dim: Any, make_inputs: Callable[[], list[Any
     _FORWARD(entry.forward)(ctypes.addressof(bounds), ctypes.addressof(args))
     assert _outputs(inputs) == expected
 
-    ranged = _RANGED(wi.ranged_cpu_entry(overload, entry))
+    ranged = _RANGED(rg.ranged_cpu_entry(overload, entry))
     for chunks in _chunks(bounds.size, np.random.default_rng(seed)):
         inputs = make_inputs()
         _, bounds, args = _launch_args(kernel, dim, inputs)
@@ -164,7 +165,7 @@ def test_ranges_run_concurrently_on_threads() -> None:
     wp.launch(kr.scale_sin, dim=n, inputs=reference, device=_CPU)
     inputs = make()
     overload, bounds, args = _launch_args(kr.scale_sin, n, inputs)
-    ranged = _RANGED(wi.ranged_cpu_entry(overload, wi.load_entry_points(overload, _CPU)))
+    ranged = _RANGED(rg.ranged_cpu_entry(overload, wi.load_entry_points(overload, _CPU)))
     edges = np.linspace(0, n, 9, dtype=np.int64).tolist()
     threads = [
         threading.Thread(target=ranged, args=(ctypes.addressof(bounds), ctypes.addressof(args), edges[i], edges[i + 1]))
@@ -198,14 +199,14 @@ def test_a_build_its_module_has_moved_on_from() -> None:
     _, bounds, args = _launch_args(k32, n, [x, expected])
     _FORWARD(entry.forward)(ctypes.addressof(bounds), ctypes.addressof(args))
     _, bounds, args = _launch_args(k32, n, [x, y])
-    ranged = _RANGED(wi.ranged_cpu_entry(k32, entry))
+    ranged = _RANGED(rg.ranged_cpu_entry(k32, entry))
     ranged(ctypes.addressof(bounds), ctypes.addressof(args), 40, n)
     ranged(ctypes.addressof(bounds), ctypes.addressof(args), 0, 40)
     assert y.numpy().tobytes() == expected.numpy().tobytes()
     # an entry of unknown options (made outside load_entry_points) cannot be built once the module moved on
     unknown = wi.EntryPoints(_CPU, entry.module_exec, entry.hooks, 1)
     with pytest.raises(RuntimeError, match="changed since kernel 'generic_scale' was loaded"):
-        wi._ranged_job(k32, unknown)
+        rg._ranged_job(k32, unknown, False)
 
 
 def test_the_source_is_the_one_warp_compiled() -> None:
@@ -223,7 +224,7 @@ def test_build_options_are_the_modules_resolved_ones() -> None:
     entry = wi.load_entry_points(kr.scale_sin, _CPU)
     module = kr.scale_sin.module
     assert entry.build_options == module.resolved_options[1]
-    build = wi._ranged_build_options(entry.build_options)
+    build = wi._cpu_build_options(entry.build_options)
     assert build["block_dim"] == 1
     assert build["mode"] == (module.options["mode"] or wp.config.mode)
 
@@ -231,10 +232,10 @@ def test_build_options_are_the_modules_resolved_ones() -> None:
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty companion cache: nothing on disk, nothing loaded in this process."""
-    monkeypatch.setattr(wi, "_ranged_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(wi, "_ranged_objects", {})
-    monkeypatch.setattr(wi, "_ranged_by_exec", weakref.WeakKeyDictionary())
-    return tmp_path
+    monkeypatch.setattr(wi, "kernel_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(rg, "_ranged_objects", {})
+    monkeypatch.setattr(rg, "_ranged_by_exec", weakref.WeakKeyDictionary())
+    return tmp_path / "jarp-ranged"
 
 
 @pytest.fixture
@@ -256,7 +257,7 @@ def test_the_companion_is_compiled_once_then_reused_in_process_and_from_disk(
 ) -> None:
     entry = wi.load_entry_points(kr.poly64, _CPU)
     start = time.perf_counter()
-    address = wi.ranged_cpu_entry(kr.poly64, entry)
+    address = rg.ranged_cpu_entry(kr.poly64, entry)
     elapsed = time.perf_counter() - start
     print(f"companion object compiled and loaded in {elapsed:.2f} s")
     assert address
@@ -264,23 +265,24 @@ def test_the_companion_is_compiled_once_then_reused_in_process_and_from_disk(
     assert [p.name for p in fresh_cache.iterdir() if p.suffix == ".o"] == [Path(compiles[0]).name.split(".p")[0] + ".o"]
     assert not [p for p in fresh_cache.iterdir() if ".p" in p.stem]  # the temporary files were renamed
     # again, through another EntryPoints of the same build, and for another kernel of the module: nothing compiles
-    assert wi.ranged_cpu_entry(kr.poly64, wi.load_entry_points(kr.poly64, _CPU)) == address
-    assert wi.ranged_cpu_entry(kr.grid2d, wi.load_entry_points(kr.grid2d, _CPU))
+    assert rg.ranged_cpu_entry(kr.poly64, wi.load_entry_points(kr.poly64, _CPU)) == address
+    assert rg.ranged_cpu_entry(kr.grid2d, wi.load_entry_points(kr.grid2d, _CPU))
     assert len(compiles) == 1
     # forgetting the loaded object (as a new process starts): the object on disk is loaded, not compiled
-    monkeypatch.setattr(wi, "_ranged_objects", {})
-    monkeypatch.setattr(wi, "_ranged_by_exec", weakref.WeakKeyDictionary())
-    assert wi.ranged_cpu_entry(kr.poly64, entry)
+    monkeypatch.setattr(rg, "_ranged_objects", {})
+    monkeypatch.setattr(rg, "_ranged_by_exec", weakref.WeakKeyDictionary())
+    assert rg.ranged_cpu_entry(kr.poly64, entry)
     assert len(compiles) == 1
 
 
 def test_a_fresh_process_loads_the_companion_from_disk() -> None:
-    wi.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))  # on disk now
+    rg.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))  # on disk now
     script = textwrap.dedent(
         """
         import ctypes
         import numpy as np
         import warp as wp
+        from jarp.warp._ffi import _ranged as rg
         from jarp.warp._upstream import _warp_internals as wi
         from tests.warp.support import kernels_ranged as kr
 
@@ -291,7 +293,7 @@ def test_a_fresh_process_loads_the_companion_from_disk() -> None:
             raise AssertionError("compiled")
 
         wi._build.build_cpu = no_compile
-        address = wi.ranged_cpu_entry(kr.scale_sin, entry)
+        address = rg.ranged_cpu_entry(kr.scale_sin, entry)
         assert address
         a = wp.array(np.arange(10, dtype=np.float32), device=cpu)
         b = wp.zeros(10, dtype=wp.float32, device=cpu)
@@ -322,14 +324,14 @@ def test_a_failed_compile_raises(fresh_cache: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(wi._build, "build_cpu", failing)
     with pytest.raises(RuntimeError, match=r"failed to compile the ranged CPU entry points of Warp module .*code 1"):
-        wi.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))
+        rg.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))
     assert not [p for p in fresh_cache.iterdir() if p.suffix == ".o"]
 
 
 def test_tile_kernels_get_no_ranged_entry(fresh_cache: Path, compiles: list[str]) -> None:
     entry = wi.load_entry_points(kr.tiled, _CPU)
     assert entry.block_dim == 1
-    assert wi.ranged_cpu_entry(kr.tiled, entry) == 0
+    assert rg.ranged_cpu_entry(kr.tiled, entry) == 0
     assert compiles == []  # a module whose kernels all have none builds nothing
 
 
@@ -339,22 +341,22 @@ def test_cooperative_cpu_blocks_get_no_ranged_entry(
     monkeypatch.setattr(wp.config, "enable_cpu_blocks", True)
     module = kr.scale_sin.module
     source = wi.module_codegen(module, "cpu", block_dim=4)
-    appendix, refused = wi._ranged_appendix(source)
+    appendix, refused = rg._ranged_appendix(source)
     assert appendix == ""
     assert refused[kr.scale_sin.get_mangled_name()] == "cooperative CPU blocks (block_dim > 1)"
     block_entry = type("Entry", (), {"device": _CPU, "block_dim": 4})()
-    assert wi.ranged_cpu_entry(kr.scale_sin, block_entry) == 0  # refused before anything is built or read
+    assert rg.ranged_cpu_entry(kr.scale_sin, block_entry) == 0  # refused before anything is built or read
     assert compiles == []
 
 
 def test_cuda_entries_are_refused() -> None:
     entry = type("Entry", (), {"device": type("Device", (), {"is_cpu": False})(), "block_dim": 256})()
     with pytest.raises(ValueError, match="CPU-only"):
-        wi.ranged_cpu_entry(kr.scale_sin, entry)
+        rg.ranged_cpu_entry(kr.scale_sin, entry)
 
 
 def test_check_ranged_entries() -> None:
-    wi.check_ranged_entries()
+    rg.check_ranged_entries()
 
 
 def test_check_ranged_entries_fails_when_warps_task_loop_changes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,7 +366,7 @@ def test_check_ranged_entries_fails_when_warps_task_loop_changes(monkeypatch: py
     )
     monkeypatch.setattr(codegen, "cpu_module_template_forward", changed)
     with pytest.raises(AssertionError, match="task loop changed"):
-        wi.check_ranged_entries()
+        rg.check_ranged_entries()
 
 
 @pytest.mark.parametrize(
@@ -385,7 +387,7 @@ def test_changed_codegen_shapes_are_refused_loudly(old: str, new: str, what: str
     source = wi.module_codegen(kr.scale_sin.module, "cpu")
     assert old in source
     with pytest.raises(RuntimeError, match=rf"does not have the shape jarp's ranged entry points copy \(.*{what}"):
-        wi._ranged_appendix(source.replace(old, new))
+        rg._ranged_appendix(source.replace(old, new))
 
 
 @pytest.mark.parametrize(
@@ -410,10 +412,10 @@ def test_changed_codegen_shapes_are_refused_loudly(old: str, new: str, what: str
 )
 def test_changed_backward_codegen_shapes_are_refused_loudly(old: str, new: str, what: str) -> None:
     source = wi.module_codegen(kr.scale_sin.module, "cpu")
-    assert "_jarp_cpu_backward_range(" in wi._ranged_appendix(source, backward=True)[0]
+    assert "_jarp_cpu_backward_range(" in rg._ranged_appendix(source, backward=True)[0]
     name = kr.scale_sin.get_mangled_name()
     old, new = old.format(name=name), new.format(name=name)
     assert source.count(old) == 1
     with pytest.raises(RuntimeError, match=rf"does not have the shape jarp's ranged entry points copy \(.*{what}"):
-        wi._ranged_appendix(source.replace(old, new), backward=True)
-    wi._ranged_appendix(source.replace(old, new))  # the forward entry does not depend on it
+        rg._ranged_appendix(source.replace(old, new), backward=True)
+    rg._ranged_appendix(source.replace(old, new))  # the forward entry does not depend on it

@@ -26,7 +26,7 @@ class Params:
     def __annotations_factory__(dtype: Any) -> dict[str, Any]:
         return {"scale": dtype, "offset": wp.types.vector(3, dtype)}
 
-    def describe(self) -> str:
+    def phrase(self) -> str:
         return f"scale={self.scale}"
 
 
@@ -167,7 +167,7 @@ def test_instances_are_instances_of_the_generic_class_and_keep_its_methods() -> 
     assert isinstance(Params[wp.float64](), Params)
     assert not isinstance(Plain(), Params)
     assert not isinstance(3.0, Params)
-    assert p.describe() == "scale=3.0"
+    assert p.phrase() == "scale=3.0"
     assert Params.__doc__ == "A generic struct: a scale and an offset vector of one scalar type."
     assert Params.__qualname__ == "Params"
 

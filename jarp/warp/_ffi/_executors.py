@@ -30,7 +30,7 @@ import warp as wp
 from .._plan import _geometry_adjoints, _launch_checks, _races
 from .._plan._values import Binding, Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
-from . import _arg_blocks, _errors, _guard, _native, _struct_bytes, _threads
+from . import _arg_blocks, _errors, _guard, _native, _ranged, _struct_bytes, _threads
 from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._registry import ReleasedPlanError, registry
@@ -151,7 +151,7 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Execut
                 cpu_executors[key[0]] = executor
             native = _native.active()
             if native is not None and isinstance(executor, _KernelExecutor):
-                descriptor = executor.describe()
+                descriptor = executor.native_descriptor()
                 if descriptor is not None:
                     slot = 0 if key[1] == -1 else 1 + key[1]
                     native.publish(key[0], slot, descriptor)
@@ -213,7 +213,7 @@ class _PartitionedExecutor:
                 self.by_batch[local] = part
             native = _native.active()
             if native is not None and not self.published and isinstance(part, _KernelExecutor):
-                descriptor = part.describe()
+                descriptor = part.native_descriptor()
                 if descriptor is not None:
                     self.published = True
                     native.publish(self.handle, self.slot, descriptor)
@@ -338,7 +338,7 @@ class _KernelExecutor(_Executor):
         # The CUDA parameters (the launch bounds, then every field of the block(s)), as both launch paths pass them.
         self.cuda_params = _arg_blocks.cuda_params([t for _, _, t in self.blocks], self.bounds)
 
-    def describe(self) -> _native.LaunchDescriptor | None:
+    def native_descriptor(self) -> _native.LaunchDescriptor | None:
         """This launch as a descriptor for the native handler; None if it stays on the Python path."""
         templates = [raw for _, raw, _ in self.blocks]
         if not _native.LaunchDescriptor.fits(templates):
@@ -430,10 +430,10 @@ class _CpuKernelExecutor(_KernelExecutor):
             if self.cooperative:
                 self._raise_block_error()
 
-    def describe(self) -> _native.LaunchDescriptor | None:
+    def native_descriptor(self) -> _native.LaunchDescriptor | None:
         # Cooperative blocks record errors the Python path reports after each launch; bounds-checked launches run
         # under the guard, which the Python path calls.
-        return None if self.cooperative or self.plan.bounds_checked else super().describe()
+        return None if self.cooperative or self.plan.bounds_checked else super().native_descriptor()
 
     def _threading(self) -> dict[str, Any]:
         # Batch slices write disjoint memory (every result carries every batch dim); they may run at once unless
@@ -452,7 +452,7 @@ class _CpuKernelExecutor(_KernelExecutor):
         if not (concurrent and splittable and large) or (plan.private and not private):
             return {"concurrent": concurrent}
         try:
-            range_entry = _warp_internals.ranged_cpu_entry(plan.target, self.entry, self.adjoint)
+            range_entry = _ranged.ranged_cpu_entry(plan.target, self.entry, self.adjoint)
         except RuntimeError as e:  # an optimisation only: the launch stays whole, the call still runs
             warnings.warn(
                 f"{plan.name}: jarp could not build its ranged entry point for kernel {plan.target.key!r} ({e}); its "

@@ -49,11 +49,11 @@ class CallError(Exception):
         self.code = code
 
 
-def read_description(frame: int, abi: int) -> str:
+def read_content_text(frame: int, abi: int) -> str:
     """The plan description a call carries (its ``desc`` attribute); `CallError` for anything but jarp's attributes.
 
     A jarp call has exactly two attributes: ``abi``, the int64 version of jarp's call ABI it was lowered
-    with, and ``desc``, the plan's description (UTF-8 JSON, `jarp.warp._plan._describe`). They are read as
+    with, and ``desc``, the plan's description (UTF-8 JSON, `jarp.warp._plan._content`). They are read as
     the types the frame declares; a loaded program may have been crafted, so nothing else is assumed.
 
     Args:

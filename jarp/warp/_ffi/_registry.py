@@ -1,6 +1,6 @@
 """The process-local registry of live plans: ``plan <-> handle``, descriptions, and the leases that keep a plan.
 
-A compiled jarp call names its plan by content: a description (`jarp.warp._plan._describe`) that means the
+A compiled jarp call names its plan by content: a description (`jarp.warp._plan._content`) that means the
 same in every process. The JAX stage's lowering asks for a plan's description (`description`), which the
 registry remembers, and attaches a lease to the executable it lowers (in this process only: an exported
 program carries nothing process-local). XLA's instantiate stage, once per loaded executable, hands the
@@ -20,7 +20,7 @@ import threading
 import weakref
 from typing import Any
 
-from .._plan import _describe
+from .._plan import _content
 from .._plan._values import Plan
 
 # The token of this process in the descriptions of plans that cannot be found again elsewhere.
@@ -101,35 +101,35 @@ class _Registry:
         self._idle: set[int] = set()
         self._next = 0
         self._hooks: list[Any] = []
-        self._described: weakref.WeakValueDictionary[str, Plan] = weakref.WeakValueDictionary()
+        self._by_text: weakref.WeakValueDictionary[str, Plan] = weakref.WeakValueDictionary()
         self._state_leases: dict[int, _Lease] = {}  # lease id -> the lease an executable's XLA FFI state holds
         self._next_state = 0
         self._sources: list[Any] = []  # functions returning the lease ids of deleted states
 
     # -- descriptions (the content-addressed names of compiled calls) --
 
-    def description(self, plan: Plan) -> str:
-        """The text a compiled call of ``plan`` carries (`jarp.warp._plan._describe`), remembered for `resolve`.
+    def content_text(self, plan: Plan) -> str:
+        """The text a compiled call of ``plan`` carries (`jarp.warp._plan._content`), remembered for `resolve`.
 
         A plan whose target cannot be found again in another process (a lambda, a closure) gets a
         description that only this process resolves: it names this process and the plan's handle.
         """
-        why = _describe.not_describable(plan)
+        why = _content.not_portable(plan)
         if why is None:
-            text = _describe.describe(plan)
+            text = _content.content_text(plan)
         else:
             handle = self.handle(plan)
             local = {"process": _LOCAL, "handle": handle, "name": plan.name, "why": why}
-            text = json.dumps({"abi": _describe.ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
+            text = json.dumps({"abi": _content.ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
         with self._lock:
             # Remember the registered instance of an equal plan, not ``plan`` itself: each trace makes a new
-            # (equal) Plan object, and ``_described`` holds its plans weakly, so a plan object that dies with
+            # (equal) Plan object, and ``_by_text`` holds its plans weakly, so a plan object that dies with
             # its lowering would drop the entry while the registry still holds the plan under its handle
             # (`resolve` would rebuild a plan this process has, and `lookup` would not find it).
             handle = self._handles.get(plan)
             if handle is not None:
                 plan = self._plans.get(handle, plan)
-            self._described[text] = plan
+            self._by_text[text] = plan
         return text
 
     def resolve(self, text: str) -> tuple[int, int]:
@@ -140,26 +140,26 @@ class _Registry:
         `release_states` receives its id, when XLA deletes the executable's state.
 
         Raises:
-            jarp.warp._plan._describe.DescriptionError: the description does not validate, names a kernel or
+            jarp.warp._plan._content.ContentError: the description does not validate, names a kernel or
                 function this process does not define (or defines with other code), or another process.
         """
-        plan = self._described.get(text)
+        plan = self._by_text.get(text)
         if plan is None:
             local = _read_local(text)
             if local is not None:
                 process, handle, why = local
                 if process != _LOCAL:
-                    raise _describe.DescriptionError(
+                    raise _content.ContentError(
                         "not_found",
                         f"this call was compiled in another process and cannot be rebuilt here: {why}",
                     )
                 try:
                     plan = self.plan(handle)
                 except ReleasedPlanError as e:
-                    raise _describe.DescriptionError("not_found", str(e)) from None
+                    raise _content.ContentError("not_found", str(e)) from None
             else:
-                plan = _describe.rebuild(text)
-            self._described[text] = plan
+                plan = _content.rebuild(text)
+            self._by_text[text] = plan
         handle, lease = self.lease(plan)
         with self._lock:
             lease_id = self._next_state
@@ -172,7 +172,7 @@ class _Registry:
 
         Nothing is rebuilt or leased: a description this process never lowered (or whose plan it released) gives None.
         """
-        plan = self._described.get(text)
+        plan = self._by_text.get(text)
         return None if plan is None else self._handles.get(plan)
 
     def release_states(self, lease_ids: list[int]) -> None:

@@ -111,7 +111,7 @@ def _write_arrays(raw: bytearray, layout: StructLayout, array_shapes: Sequence[S
             shape = shape[: spec.warp_ndim]
         elif len(shape) != spec.warp_ndim:
             raise ValueError(
-                f"struct field {leaf.name!r} ({spec.describe()}): shape {shape} has neither {spec.warp_ndim} dims "
+                f"struct field {leaf.name!r} ({spec.phrase()}): shape {shape} has neither {spec.warp_ndim} dims "
                 f"nor {spec.jax_ndim} ending in {spec.inner_shape}."
             )
         arr = _warp_internals.contiguous_array(

@@ -19,16 +19,16 @@ from typing import Any
 
 import jax
 
-from .._plan import _describe
+from .._plan import _content
 from .._upstream import _xla_ffi
 from . import _errors, _native, _trampoline
 from ._executors import cpu_executors, executors, get_executor
-from ._frame import CallError, read_description
+from ._frame import CallError, read_content_text
 from ._registry import registry
 
 TARGET = "jarp_warp_call"
 TARGET_NO_GRAPH = "jarp_warp_call_no_graph"
-ABI_VERSION = _describe.ABI_VERSION
+ABI_VERSION = _content.ABI_VERSION
 STATE_TYPE = "jarp_plan_state"
 
 _register_lock = threading.Lock()
@@ -185,10 +185,10 @@ def _resolve(frame: int, out: Any, graph: bool = True) -> int | None:
     """The Python side of the instantiate stage: the call's plan handle and a lease id, written to ``out``."""
     target = TARGET if graph else TARGET_NO_GRAPH
     try:
-        text = read_description(frame, ABI_VERSION)
+        text = read_content_text(frame, ABI_VERSION)
         try:
             out[0], out[1] = registry.resolve(text)
-        except _describe.DescriptionError as e:
+        except _content.ContentError as e:
             code = {
                 "not_found": _xla_ffi.ErrorCode.NOT_FOUND,
                 "changed": _xla_ffi.ErrorCode.FAILED_PRECONDITION,

@@ -1,7 +1,7 @@
 """Lowering ``jarp_warp_call`` to jarp's FFI target: one custom call naming its plan by content.
 
 The call carries two attributes: ``abi``, the version of jarp's call ABI, and ``desc``, the plan's
-description (`jarp.warp._plan._describe`), which means the same in every process: the program text, and so
+description (`jarp.warp._plan._content`), which means the same in every process: the program text, and so
 JAX's persistent-cache key and an exported program, holds nothing process-local. The FFI stage resolves the
 description once per loaded executable. Within this process, each lowering also attaches a lease on the plan
 to what it is lowered into, so the plan stays registered while something can call it.
@@ -19,7 +19,7 @@ from jax.interpreters import mlir
 
 from .._ffi import _target
 from .._ffi._registry import registry
-from .._plan import _describe, _launch_checks
+from .._plan import _content, _launch_checks
 from .._plan._values import Plan, Runs
 from .._upstream import _jax_internals, _warp_internals
 
@@ -136,9 +136,9 @@ def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | Non
         has_side_effect=plan.has_side_effect,
         **({"extra_attributes": extra} if extra else {}),
     )
-    text = registry.description(plan)
+    text = registry.content_text(plan)
     if _jax_internals.lowering_for_export(ctx):
-        why = _describe.not_describable(plan)
+        why = _content.not_portable(plan)
         if why is not None:
             raise ValueError(
                 f"jax.export: {plan.name} cannot be exported: {why.rstrip('.')}. An exported program names each call by content, "

@@ -19,7 +19,7 @@ The flow, one file a step:
    structure lose their gradient in Warp's adjoint), `_geometry_variants` (the variant reading mesh vertices as
    arrays), `_static_keys`, `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
-6. `_describe`: a plan's content description (canonical text, nothing process-local) for compiled programs
+6. `_content`: a plan's content text (canonical, nothing process-local) for compiled programs
    that outlive the process, and the plan rebuilt from it in another process (checked as untrusted input).
 
 Shared helpers: `_normalize` (option values: dims, the vmap method), `_dtypes` (Warp, NumPy and JAX dtypes),

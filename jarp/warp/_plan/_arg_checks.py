@@ -89,7 +89,7 @@ def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argume
         owner = "struct" if label == "struct field" else "kernel"
         raise TypeError(
             f"{what}: {label} {spec.name!r} has dtype {dtype}, but the {owner} expects {spec.np_dtype} "
-            f"({spec.describe()}); cast it with .astype(jnp.{spec.np_dtype.name})"
+            f"({spec.phrase()}); cast it with .astype(jnp.{spec.np_dtype.name})"
             + (" or enable jax_enable_x64" if spec.np_dtype.itemsize == 8 and dtype.itemsize == 4 else "")
             + "."
         )
@@ -115,13 +115,13 @@ def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -
     if isinstance(value, wp.array):
         if not wp.types.types_equal(value.dtype, spec.dtype) or value.ndim != spec.warp_ndim:
             raise TypeError(
-                f"{what}: struct field {name!r} expects a {spec.describe()}, got a {value.ndim}-d wp.array of "
+                f"{what}: struct field {name!r} expects a {spec.phrase()}, got a {value.ndim}-d wp.array of "
                 f"{wp.types.type_repr(value.dtype)}."
             )
         value = wp.to_jax(value)
     if not isinstance(value, (jax.Array, np.ndarray)):
         raise TypeError(
-            f"{what}: struct field {name!r} expects a {spec.describe()} as a JAX or NumPy array, got {kind_of(value)}."
+            f"{what}: struct field {name!r} expects a {spec.phrase()} as a JAX or NumPy array, got {kind_of(value)}."
         )
     return check_array_value(spec, value, what, "struct field")
 
@@ -139,12 +139,12 @@ def runtime_value(leaf: StructLeaf, value: jax.Array, what: str) -> jax.Array:
     shape = tuple(leaf.value_shape)
     if np.dtype(value.dtype) != expected:
         raise TypeError(
-            f"{what}: struct field {leaf.name!r} is a {leaf.describe()} field and got a {np.dtype(value.dtype)} "
+            f"{what}: struct field {leaf.name!r} is a {leaf.phrase()} field and got a {np.dtype(value.dtype)} "
             f"array; {cast_hint(expected)}."
         )
     if tuple(value.shape) not in (shape, (1, *shape)):
         raise TypeError(
-            f"{what}: struct field {leaf.name!r} is a {leaf.describe()} field, whose value has shape {shape}, and got "
+            f"{what}: struct field {leaf.name!r} is a {leaf.phrase()} field, whose value has shape {shape}, and got "
             f"an array of shape {tuple(value.shape)}."
         )
     return jnp.reshape(value, (1, *shape))
@@ -169,7 +169,7 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     shape = leaf.value_shape
     if isinstance(value, jax.Array):
         raise TypeError(
-            f"{what}: struct field {name!r} is a {leaf.describe()} field and got {kind_of(value)}; here its value is "
+            f"{what}: struct field {name!r} is a {leaf.phrase()} field and got {kind_of(value)}; here its value is "
             f"baked into the launch, so pass a Python number{' or tuple' if shape else ''}. (jax_kernel's struct value "
             "fields take JAX values, traced and differentiable; a jax_callable's function gets a Warp struct "
             "instance of Python values.)"
@@ -188,13 +188,11 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
         if hint is not None:
             raise TypeError(f"{what}: struct field {name!r} {hint}")
         raise TypeError(
-            f"{what}: struct field {name!r} expects a {leaf.describe()} ({shape if shape else 'a number'}), "
+            f"{what}: struct field {name!r} expects a {leaf.phrase()} ({shape if shape else 'a number'}), "
             f"got {kind_of(value)}."
         )
     if arr.shape != shape:
-        raise ValueError(
-            f"{what}: struct field {name!r} expects a {leaf.describe()} of shape {shape}, got {arr.shape}."
-        )
+        raise ValueError(f"{what}: struct field {name!r} expects a {leaf.phrase()} of shape {shape}, got {arr.shape}.")
     scalar = leaf.scalar_type
     if wp.types.type_is_float(scalar):
         out = arr.astype(np.float64)
@@ -203,7 +201,7 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     else:
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
             raise TypeError(
-                f"{what}: struct field {name!r} is an integer field ({leaf.describe()}), got {short_repr(value)}."
+                f"{what}: struct field {name!r} is an integer field ({leaf.phrase()}), got {short_repr(value)}."
             )
         info = np.iinfo(np.dtype(wp.dtype_to_numpy(scalar)))
         ints = [int(x) for x in arr.reshape(-1).tolist()]

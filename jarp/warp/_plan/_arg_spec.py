@@ -72,11 +72,11 @@ class ArgSpec:
         """Warp's name of the element (or scalar) type: ``"vec3f"``, ``"float32"``; ``"Any"`` when generic."""
         return "Any" if self.generic else wp.types.type_repr(self.dtype)
 
-    def describe(self) -> str:
+    def phrase(self) -> str:
         if self.structure:
             return f"Warp structure wp.{self.dtype.__name__}"
         if self.is_struct:
-            return f"struct {self.struct.describe()}"
+            return f"struct {self.struct.phrase()}"
         if not self.is_array:
             return f"scalar {getattr(self.dtype, '__name__', self.dtype)}"
         return f"{self.warp_ndim}-d wp.array of {self.element_name}"

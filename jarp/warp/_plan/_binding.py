@@ -272,7 +272,7 @@ def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
             value = np.asarray(value)
         else:
             raise TypeError(
-                f"{what}: argument {spec.name!r} expects a {spec.describe()} as a JAX or NumPy array, "
+                f"{what}: argument {spec.name!r} expects a {spec.phrase()} as a JAX or NumPy array, "
                 f"got {type(value).__name__}."
             )
     return check_array_value(spec, value, what)

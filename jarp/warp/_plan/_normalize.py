@@ -69,7 +69,7 @@ def output_dims_for(spec: ArgSpec, dims: tuple[int, ...], what: str) -> tuple[in
     expect = f"{spec.warp_ndim} dims"
     if n_inner:
         expect += f" (or {spec.jax_ndim} ending in {spec.inner_shape})"
-    raise ValueError(f"{what} for output {spec.name!r} ({spec.describe()}) must have {expect}, got {dims}.")
+    raise ValueError(f"{what} for output {spec.name!r} ({spec.phrase()}) must have {expect}, got {dims}.")
 
 
 def check_launch_dims(dims: tuple[int, ...], what: str) -> tuple[int, ...]:

@@ -44,7 +44,7 @@ def split_proofs(
 ) -> SplitProofs:
     """Whether the forward launch of a plan with these fields may be split into index ranges, and how.
 
-    For `_builder.build_plan`, and `_describe` for a rebuilt plan (an adjoint plan's launch: `adjoint_split_proofs`).
+    For `_builder.build_plan`, and `_content` for a rebuilt plan (an adjoint plan's launch: `adjoint_split_proofs`).
     Only a kernel launch with one thread per block, unchecked,
     qualifies: a block dim above 1 may run cooperative tiles, and a bounds-checked build runs under jarp's guard,
     which reports the first failed check of the launch (one thread at a time). It is race-free (`race_blocker`), or
@@ -335,7 +335,7 @@ def warps_thread_index(kernel: Any) -> bool:
 def plan_shares_cpu_state(
     runs: Runs, target: Any, block_dim: int | None, bounds_checked: bool, race_free: bool
 ) -> bool:
-    """`Plan.shares_cpu_state` of a plan with these fields (`_builder.build_plan`; `_describe` for a rebuilt plan).
+    """`Plan.shares_cpu_state` of a plan with these fields (`_builder.build_plan`; `_content` for a rebuilt plan).
 
     Only a kernel with one thread per block, unchecked, may run several launches at once (cooperative blocks and
     bounds-checked builds run on jarp's Python path, one launch at a time); a race-free one uses no tiles and

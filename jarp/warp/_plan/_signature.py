@@ -111,10 +111,10 @@ def make_signature(
         spec = param_spec(name, warp_type, in_out=in_out, what=what, structures=structures)
         if (i >= num_inputs or in_out) and spec.is_struct:
             raise TypeError(
-                f"{what}: output parameter {name!r} is a {spec.describe()}; jarp does not return structs. Make "
+                f"{what}: output parameter {name!r} is a {spec.phrase()}; jarp does not return structs. Make "
                 "the struct an input and its arrays pure outputs (separate array parameters), or lower num_outputs."
             )
         if (i >= num_inputs or in_out) and not spec.is_array:
-            raise TypeError(f"{what}: output parameter {name!r} must be a wp.array, got {spec.describe()}.")
+            raise TypeError(f"{what}: output parameter {name!r} must be a wp.array, got {spec.phrase()}.")
         specs.append(spec)
     return Signature(tuple(specs), num_outputs)

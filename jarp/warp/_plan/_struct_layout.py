@@ -98,9 +98,9 @@ class StructLeaf:
             return self.spec.inner_shape
         return tuple(int(d) for d in getattr(self.warp_type, "_shape_", ()))
 
-    def describe(self) -> str:
+    def phrase(self) -> str:
         if self.spec is not None:
-            return self.spec.describe()
+            return self.spec.phrase()
         return f"value {wp.types.type_repr(self.warp_type)}"
 
 
@@ -122,7 +122,7 @@ class StructLayout:
     size: int
     alignment: int
 
-    def describe(self) -> str:
+    def phrase(self) -> str:
         """The struct's name, e.g. ``Mesh``."""
         return _warp_internals.struct_name(self.struct_type)
 

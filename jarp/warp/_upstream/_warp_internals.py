@@ -16,13 +16,10 @@ from __future__ import annotations
 import ast
 import collections
 import ctypes
-import hashlib
 import inspect
-import itertools
 import os
 import re
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -307,7 +304,7 @@ class EntryPoints:
         self.device = device
         self.hooks = hooks
         self.block_dim = block_dim
-        # The resolved module options this build was compiled with (`ranged_cpu_entry` compiles its companion
+        # The resolved module options this build was compiled with (`_ffi._ranged.ranged_cpu_entry` compiles its companion
         # with them); None where unknown.
         self.build_options = build_options
         self.forward = _address(hooks.forward)
@@ -655,40 +652,11 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
     return lookup
 
 
-# -- ranged CPU entry points (one CPU launch split into index ranges) --
+# -- a loaded CPU build's source and options, and CPU objects built as Warp builds them --
 #
-# Warp's CPU entry point ``{name}_cpu_forward(dim, args)`` runs every task index of a launch, one after another. jarp
-# splits a launch of a race-free kernel into index ranges that run on several threads, so it needs an entry point that
-# runs a range. The per-task function it must call, ``{name}_cpu_kernel_forward<bool>``, is ``static`` in Warp's
-# translation unit; jarp therefore compiles a companion object: the exact source Warp compiled for the module build,
-# with one ranged entry point per kernel appended, built with the build's own options (so each task's arithmetic is
-# the same code, compiled the same way). The ranged entry copies the statements of Warp's dispatch function (the
-# runtime choice of the ``wp_linear_contiguous`` specialisation) verbatim.
+# jarp's ranged entry points (`jarp.warp._ffi._ranged`) are compiled from the exact source of a loaded module build,
+# with the build's own options; these are the pieces of Warp that takes.
 
-# Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
-RANGED_TEMPLATE_VERSION = 3
-_RANGED_SUFFIX = "_jarp_cpu_forward_range"
-_RANGED_BACKWARD_SUFFIX = "_jarp_cpu_backward_range"
-
-# The tile-storage setup opening each of Warp's CPU dispatch functions (``codegen.cpu_module_template_forward``). The
-# ranged entry leaves it out: on x86-64 ``wp::shared_tile_storage`` is a plain static (not thread-local), which
-# concurrent ranges would race on, and only tile code reads it (kernels of a module that uses tiles get no ranged entry).
-_TILE_SETUP = (
-    "    wp::tile_shared_storage_t tile_mem;\n"
-    "#if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)\n"
-    "    wp::shared_tile_storage = &tile_mem;\n"
-    "#endif\n"
-)
-# Any use of Warp's tiles in generated code once the setup above is removed (tile builtins are ``wp::tile_*``).
-_TILE_USE = re.compile(r"wp::(?:tile|shared_tile)|tile_shared_storage_t")
-# Warp's forward entry point of one kernel (``codegen.cpu_module_entry_template_forward``).
-_FORWARD_ENTRY = re.compile(
-    r"WP_API void (?P<name>\w+)_cpu_forward\(\n"
-    r"    wp::launch_bounds_t<(?P<ndim>\d+)> \*dim,\n"
-    r"    wp_args_(?P=name) \*_wp_args\)\n"
-    r"\{\n(?P<body>.*?)\n\}\n",
-    re.DOTALL,
-)
 # The kwargs (besides the two paths) Warp's ``Module._compile`` passes ``build_cpu``; jarp passes the same.
 _BUILD_CPU_KWARGS = frozenset(
     {
@@ -707,191 +675,33 @@ _BUILD_CPU_KWARGS = frozenset(
     }
 )
 
-_RANGED_TEMPLATE = """
-template <bool wp_linear_contiguous>
-static WP_FORCEINLINE void {name}_jarp_cpu_forward_range_tasks(
-    wp::launch_bounds_t<{ndim}> *dim,
-    wp_args_{name} *_wp_args,
-    size_t jarp_begin,
-    size_t jarp_end)
-{{
-    for (size_t task_index = jarp_begin; task_index < jarp_end; ++task_index)
-    {{
-        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);
-    }}
-}}
 
-extern "C" WP_API void {name}{suffix}(
-    wp::launch_bounds_t<{ndim}> *dim,
-    wp_args_{name} *_wp_args,
-    size_t jarp_begin,
-    size_t jarp_end)
-{{
-    if (jarp_end > dim->size)
-        jarp_end = dim->size;
-{statements}}}
-"""
-
-# The same for Warp's backward entry point ``{name}_cpu_backward(dim, args, adj_args)`` (its per-task function
-# ``{name}_cpu_kernel_backward<bool>``, its dispatch ``{name}_cpu_backward_dispatch``).
-_RANGED_BACKWARD_TEMPLATE = """
-template <bool wp_linear_contiguous>
-static WP_FORCEINLINE void {name}_jarp_cpu_backward_range_tasks(
-    wp::launch_bounds_t<{ndim}> *dim,
-    wp_args_{name} *_wp_args,
-    wp_args_{name} *_wp_adj_args,
-    size_t jarp_begin,
-    size_t jarp_end)
-{{
-    for (size_t task_index = jarp_begin; task_index < jarp_end; ++task_index)
-    {{
-        {name}_cpu_kernel_backward<wp_linear_contiguous>(
-            *dim, task_index, _wp_args, _wp_adj_args);
-    }}
-}}
-
-extern "C" WP_API void {name}{suffix}(
-    wp::launch_bounds_t<{ndim}> *dim,
-    wp_args_{name} *_wp_args,
-    wp_args_{name} *_wp_adj_args,
-    size_t jarp_begin,
-    size_t jarp_end)
-{{
-    if (jarp_end > dim->size)
-        jarp_end = dim->size;
-{statements}}}
-"""
-
-# Loaded companion objects, by cache key (each loaded once per process, never unloaded), and per loaded Warp module
-# build (``ModuleExec``) and direction (backward or not): the companion's symbol lookup (None if no kernel of it has a
-# ranged entry) and, by mangled kernel name, why a kernel has none.
-_ranged_objects: dict[str, Callable[[str], int]] = {}
-_ranged_by_exec: weakref.WeakKeyDictionary[Any, dict[bool, tuple[Callable[[str], int] | None, dict[str, str]]]] = (
-    weakref.WeakKeyDictionary()
-)
-_ranged_handles = itertools.count()
+def mangled_name(kernel: wp.Kernel, entry: EntryPoints) -> str:
+    """``kernel``'s mangled name in the module build ``entry`` came from (the stem of its C++ names)."""
+    with _WARP_LOCK:
+        return entry.module_exec.get_kernel_mangled_name(kernel)
 
 
-def ranged_entry_symbol(mangled_name: str, backward: bool = False) -> str:
-    """The symbol of jarp's ranged entry point for a kernel's mangled name (``{name}_jarp_cpu_forward_range``)."""
-    return mangled_name + (_RANGED_BACKWARD_SUFFIX if backward else _RANGED_SUFFIX)
-
-
-def ranged_cpu_entry(kernel: wp.Kernel, entry: EntryPoints, backward: bool = False) -> int:
-    """The address of jarp's ranged CPU entry point of ``kernel`` in the module build ``entry`` came from; 0 if none.
-
-    The forward entry point is ``extern "C" void {name}_jarp_cpu_forward_range(wp::launch_bounds_t<N>* dim,
-    wp_args_{name}* args, size_t begin, size_t end)``: the arguments of Warp's ``{name}_cpu_forward`` (the launch
-    bounds and the argument struct, as pointers) and a task range. It runs the task indices ``begin`` to
-    ``min(end, dim->size)`` with the same per-task code, and the same runtime choice of Warp's contiguous-array
-    specialisation, as Warp's entry point runs every index of the launch, so splitting a launch into ranges gives
-    bit-identical results (for a kernel whose tasks do not interact; that is the caller's to establish). Ranges may
-    run concurrently: the entry point touches no global state of its own. With ``backward``, the same for Warp's
-    backward entry point: ``{name}_jarp_cpu_backward_range(dim, args, adj_args, begin, end)``.
-
-    It lives in a companion object: the C++ Warp compiled for ``entry.module_exec`` (the ``.cpp`` Warp keeps next to
-    the binary in its kernel cache, else Warp's code generation rerun with the build's options) with a ranged entry
-    for each kernel appended, compiled with that build's options (``entry.build_options``); Warp's entry points of
-    the other direction are made internal, so the compiler drops the code only they reach (a forward companion
-    compiles no adjoint code; a backward one, built only for a split adjoint launch, no forward entry). The object
-    is cached under ``wp.config.kernel_cache_dir``/``jarp-ranged`` by a hash of its source, its options, jarp's
-    template version, Warp's version and the CPU target, so another process loads it without compiling, and is
-    loaded once per process and never unloaded (the address stays valid for the life of the process).
-
-    Returns 0 (and builds nothing) for kernels that are never split: a build with ``block_dim`` above 1 (cooperative
-    CPU blocks), and the kernels of a module that uses tiles.
+def loaded_build(kernel: wp.Kernel, entry: EntryPoints) -> tuple[str, dict[str, Any]]:
+    """The C++ source Warp compiled the module build ``entry`` came from, and the ``build_cpu`` options it used.
 
     Raises:
-        ValueError: if ``entry`` is not a CPU entry.
-        RuntimeError: if the build's source or options cannot be recovered (the module changed since an entry
-            made outside `load_entry_points` was loaded), Warp's generated code no longer has the shape the ranged
-            entry copies (see `check_ranged_entries`), or the companion failed to compile or load.
-    """
-    if not entry.device.is_cpu:
-        raise ValueError(f"ranged entry points are CPU-only; kernel {kernel.key!r} was loaded on {entry.device}")
-    if entry.block_dim != 1:
-        return 0
-    module_exec = entry.module_exec
-    with _WARP_LOCK:
-        name = module_exec.get_kernel_mangled_name(kernel)
-        companion = _ranged_by_exec.get(module_exec, {}).get(backward)
-        job = None if companion is not None else _ranged_job(kernel, entry, backward)
-    if job is not None:
-        # The compile (seconds for a large module) runs without Warp's lock, so other Warp work goes on meanwhile;
-        # two threads compiling the same object each replace it with the same file.
-        key, source, build, refused = job
-        path = _ranged_object(key, source, build, kernel.module.name) if source else ""
-        with _WARP_LOCK:
-            companion = _ranged_by_exec.get(module_exec, {}).get(backward)
-            if companion is None:
-                lookup = None
-                if source:
-                    lookup = _ranged_objects.get(key)
-                    if lookup is None:
-                        lookup = load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
-                        _ranged_objects[key] = lookup
-                companion = (lookup, refused)
-                _ranged_by_exec.setdefault(module_exec, {})[backward] = companion
-    symbol = ranged_entry_symbol(name, backward)
-    with _WARP_LOCK:
-        lookup, refused = companion
-        if name in refused:
-            return 0
-        address = lookup(symbol) if lookup is not None else 0
-    if not address:
-        raise RuntimeError(
-            f"jarp's ranged CPU entry point of kernel {kernel.key!r} ({symbol}) is missing from its companion object "
-            f"of Warp module '{kernel.module.name}'"
-        )
-    return address
-
-
-_BACKWARD_ENTRY = re.compile(r"^WP_API void (\w+)_cpu_backward\(", re.MULTILINE)
-_FORWARD_ENTRY_HEAD = re.compile(r"^WP_API void (\w+)_cpu_forward\(", re.MULTILINE)
-
-
-def _ranged_job(
-    kernel: wp.Kernel, entry: EntryPoints, backward: bool = False
-) -> tuple[str, str, dict[str, Any], dict[str, str]]:
-    """What to compile for the companion object of ``entry``'s module build (under ``_WARP_LOCK``).
-
-    Returns:
-        ``(key, source, build options, refused)``: the object's cache key, the source with the ranged entries
-        appended ("" when no kernel gets one), the ``build_cpu`` options and, by mangled name, why a kernel gets none.
+        RuntimeError: if the source or the options cannot be recovered (the module changed since an entry made
+            outside `load_entry_points` was loaded).
     """
     module = kernel.module
-    module_exec = entry.module_exec
-    current = module_exec.module_hash == module.get_module_hash(entry.block_dim)
-    options = entry.build_options
-    if options is None:
-        if not current:
-            raise RuntimeError(
-                f"Warp module '{module.name}' changed since kernel {kernel.key!r} was loaded, and the options of the "
-                "loaded build are unknown: load the kernel with load_entry_points to get its ranged entry point."
-            )
-        options = dict(module.resolved_options[entry.block_dim])
-    source = _build_source(module, module_exec, options, current)
-    appendix, refused = _ranged_appendix(source, backward)
-    if not appendix:
-        return "", "", {}, refused
-    # The companion exports only the ranged entries: Warp's entry points of both directions, made internal and
-    # unused, are dropped by the compiler with the code only they reach (a forward companion compiles no adjoint
-    # code: about half the build).
-    source = _BACKWARD_ENTRY.sub(r"static void \1_cpu_backward(", source)
-    source = _FORWARD_ENTRY_HEAD.sub(r"static void \1_cpu_forward(", source)
-    source += (
-        "\n// jarp: ranged CPU entry points (jarp/warp/_upstream/_warp_internals.py, ranged_cpu_entry)\n" + appendix
-    )
-    build = _ranged_build_options(options)
-    identity = (
-        RANGED_TEMPLATE_VERSION,
-        wp.__version__,
-        _get_cpu_target_hash(build["extra_flags"]),
-        sorted(build.items()),
-        source,
-    )
-    key = hashlib.sha256(repr(identity).encode("utf-8")).hexdigest()
-    return key, source, build, refused
+    with _WARP_LOCK:
+        module_exec = entry.module_exec
+        current = module_exec.module_hash == module.get_module_hash(entry.block_dim)
+        options = entry.build_options
+        if options is None:
+            if not current:
+                raise RuntimeError(
+                    f"Warp module '{module.name}' changed since kernel {kernel.key!r} was loaded, and the options of "
+                    "the loaded build are unknown: load the kernel with load_entry_points to get its ranged entry point."
+                )
+            options = dict(module.resolved_options[entry.block_dim])
+        return _build_source(module, module_exec, options, current), _cpu_build_options(options)
 
 
 def _build_source(module: wp.Module, module_exec: Any, options: dict[str, Any], current: bool) -> str:
@@ -921,7 +731,7 @@ def _build_source(module: wp.Module, module_exec: Any, options: dict[str, Any], 
     return source
 
 
-def _ranged_build_options(options: dict[str, Any]) -> dict[str, Any]:
+def _cpu_build_options(options: dict[str, Any]) -> dict[str, Any]:
     """The ``build_cpu`` options ``Module._compile`` compiles a CPU build with, from its resolved module options."""
     opt = options["optimization_level"]
     return {
@@ -938,170 +748,42 @@ def _ranged_build_options(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ranged_cache_dir() -> Path:
-    return Path(wp.config.kernel_cache_dir) / "jarp-ranged"
+def cpu_target_hash(extra_flags: Any) -> str:
+    """The hash of the CPU target Warp compiles for with these extra compiler flags (part of a build's identity)."""
+    return _get_cpu_target_hash(extra_flags)
 
 
-def _ranged_object(key: str, source: str, build: dict[str, Any], module_name: str) -> str:
-    """The path of the companion object ``key``, compiled now unless the cache has it (written atomically)."""
-    directory = _ranged_cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = key[:32]
-    obj = directory / f"{stem}.o"
-    if obj.exists():
-        return str(obj)
-    tag = f".p{os.getpid()}_t{threading.get_ident()}"
-    cpp_tmp, obj_tmp = directory / f"{stem}{tag}.cpp", directory / f"{stem}{tag}.o"
-    cpp_tmp.write_text(source, encoding="utf-8")
+def kernel_cache_dir() -> Path:
+    """Warp's kernel cache directory (``wp.config.kernel_cache_dir``)."""
+    return Path(wp.config.kernel_cache_dir)
+
+
+def build_cpu_object(object_path: str, source_path: str, build: dict[str, Any]) -> None:
+    """Compile the C++ file ``source_path`` to ``object_path`` as Warp compiles a module (``build_cpu``, ``build``
+    from `loaded_build`), with the bundled Clang."""
     runtime = wp._src.context.runtime
-    try:
-        _build.build_cpu(
-            str(obj_tmp),
-            str(cpp_tmp),
-            verbose=False,
-            pch_dir=runtime.get_clang_pch_dir() if build["use_precompiled_headers"] else None,
-            **build,
-        )
-    except Exception as e:
-        obj_tmp.unlink(missing_ok=True)
-        raise RuntimeError(
-            f"jarp failed to compile the ranged CPU entry points of Warp module '{module_name}' ({cpp_tmp}): {e}"
-        ) from e
-    os.replace(obj_tmp, obj)  # several processes may build it at once: each replaces it with the same object
-    os.replace(cpp_tmp, directory / f"{stem}.cpp")
-    return str(obj)
-
-
-def _ranged_appendix(source: str, backward: bool = False) -> tuple[str, dict[str, str]]:
-    """jarp's ranged entry points for the kernels of Warp's CPU module source, and why the others have none.
-
-    Returns the C++ to append to ``source`` and, by mangled kernel name, the reason a kernel gets no ranged entry.
-    With ``backward``, the ranged entries run Warp's backward code (`ranged_cpu_entry`).
-
-    Raises:
-        RuntimeError: if Warp's generated code no longer has the shape the ranged entry copies.
-    """
-    direction = "backward" if backward else "forward"
-    args = "_wp_args, _wp_adj_args" if backward else "_wp_args"
-    module_uses_tiles = bool(_TILE_USE.search(source.replace(_TILE_SETUP, "")))
-    parts: list[str] = []
-    refused: dict[str, str] = {}
-    for match in _FORWARD_ENTRY.finditer(source):
-        name, ndim, body = match["name"], match["ndim"], match["body"]
-        if body != f"    {name}_cpu_forward_dispatch(dim, _wp_args);":
-            if "wp_cpu_run_block" in body:
-                refused[name] = "cooperative CPU blocks (block_dim > 1)"
-                continue
-            raise _codegen_changed(name, "its forward entry point no longer just calls its dispatch function")
-        if module_uses_tiles:
-            refused[name] = "its module uses tiles"
-            continue
-        if backward and f"WP_API void {name}_cpu_backward(" not in source:
-            refused[name] = "its module is built without backward code"
-            continue
-        for piece, what in (
-            (_kernel_head(name, ndim, backward), f"the per-task function ({direction})"),
-            (_task_loop(name, ndim, backward), f"the task loop ({direction})"),
-        ):
-            if piece not in source:
-                raise _codegen_changed(name, f"{what} changed")
-        adj_param = f"    wp_args_{name} *_wp_adj_args)\n" if backward else ""
-        head = (
-            f"static WP_FORCEINLINE void {name}_cpu_{direction}_dispatch(\n"
-            f"    wp::launch_bounds_t<{ndim}> *dim,\n"
-            + (f"    wp_args_{name} *_wp_args,\n" + adj_param if backward else f"    wp_args_{name} *_wp_args)\n")
-            + "{\n"
-        )
-        start = source.find(head)
-        end = source.find("\n}\n", start)
-        if start < 0 or end < 0:
-            raise _codegen_changed(name, f"its {direction} dispatch function changed")
-        dispatch = source[start + len(head) : end + 1]
-        if not dispatch.startswith(_TILE_SETUP):
-            raise _codegen_changed(name, f"its dispatch function ({direction}) lost the tile-storage setup")
-        statements = dispatch[len(_TILE_SETUP) :]
-        ranged = statements
-        for flag in ("true", "false"):
-            ranged = ranged.replace(
-                f"{name}_cpu_{direction}_tasks<{flag}>(dim, {args});",
-                f"{name}_jarp_cpu_{direction}_range_tasks<{flag}>(dim, {args}, jarp_begin, jarp_end);",
-            )
-        if ranged == statements or f"_cpu_{direction}_tasks" in ranged:
-            raise _codegen_changed(name, f"its {direction} dispatch function no longer calls the task loop as expected")
-        template = _RANGED_BACKWARD_TEMPLATE if backward else _RANGED_TEMPLATE
-        suffix = _RANGED_BACKWARD_SUFFIX if backward else _RANGED_SUFFIX
-        parts.append(template.format(name=name, ndim=ndim, suffix=suffix, statements=ranged))
-    return "".join(parts), refused
-
-
-def _kernel_head(name: str, ndim: str, backward: bool = False) -> str:
-    """The head of Warp's per-task function (``codegen.cpu_kernel_template_forward`` / ``_backward``)."""
-    args = (
-        f"    wp_args_{name} *_wp_args,\n    wp_args_{name} *_wp_adj_args)\n"
-        if backward
-        else f"    wp_args_{name} *_wp_args)\n"
-    )
-    return (
-        "template <bool wp_linear_contiguous>\n"
-        f"static void {name}_cpu_kernel_{'backward' if backward else 'forward'}(\n"
-        f"    wp::launch_bounds_t<{ndim}> dim,\n"
-        "    size_t task_index,\n" + args + "{\n"
+    _build.build_cpu(
+        object_path,
+        source_path,
+        verbose=False,
+        pch_dir=runtime.get_clang_pch_dir() if build["use_precompiled_headers"] else None,
+        **build,
     )
 
 
-def _task_loop(name: str, ndim: str, backward: bool = False) -> str:
-    """Warp's task loop (``codegen.cpu_module_template_forward`` / ``_backward``): every task index, one per-task
-    call, nothing else."""
-    if backward:
-        params = f"    wp_args_{name} *_wp_args,\n    wp_args_{name} *_wp_adj_args)\n"
-        call = (
-            f"        {name}_cpu_kernel_backward<wp_linear_contiguous>(\n"
-            "            *dim, task_index, _wp_args, _wp_adj_args);\n"
-        )
-    else:
-        params = f"    wp_args_{name} *_wp_args)\n"
-        call = f"        {name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);\n"
-    return (
-        "template <bool wp_linear_contiguous>\n"
-        f"static WP_FORCEINLINE void {name}_cpu_{'backward' if backward else 'forward'}_tasks(\n"
-        f"    wp::launch_bounds_t<{ndim}> *dim,\n" + params + "{\n"
-        "    for (size_t task_index = 0; task_index < dim->size; ++task_index)\n"
-        "    {\n" + call + "    }\n"
-        "}\n"
-    )
-
-
-def _codegen_changed(name: str, what: str) -> RuntimeError:
-    return RuntimeError(
-        f"Warp's generated CPU code for kernel {name} does not have the shape jarp's ranged entry points copy "
-        f"({what}; warp-lang {wp.__version__}): update jarp/warp/_upstream/_warp_internals.py (ranged_cpu_entry)."
-    )
-
-
-def check_ranged_entries() -> None:
-    """Raise `AssertionError` if Warp's CPU code generation changed where jarp's ranged entry points depend on it.
-
-    It generates (without compiling) the CPU source of a probe module, with a kernel that takes Warp's contiguous
-    1-D specialisation and a 2-D kernel, and checks that each gets a ranged entry point copying Warp's dispatch,
-    and that ``Module._compile`` still builds CPU code with the ``build_cpu`` options jarp passes.
-    """
+def cpu_codegen_templates() -> dict[str, str]:
+    """Warp's CPU code templates a ranged entry point copies the shape of: per-task functions and task loops."""
     codegen = wp._src.codegen
-    assert "static void {name}_cpu_kernel_forward(" in codegen.cpu_kernel_template_forward, (
-        "Warp's per-task CPU function changed"
-    )
-    assert "template <bool wp_linear_contiguous>" in codegen.cpu_kernel_template_forward, (
-        "Warp's per-task CPU function is no longer templated on wp_linear_contiguous"
-    )
-    tasks = codegen.cpu_module_template_forward
-    assert "for (size_t task_index = 0; task_index < dim->size; ++task_index)" in tasks, "Warp's CPU task loop changed"
-    assert "{name}_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);" in tasks, (
-        "Warp's CPU task loop no longer calls the per-task function once per task index"
-    )
-    assert "static void {name}_cpu_kernel_backward(" in codegen.cpu_kernel_template_backward, (
-        "Warp's per-task CPU backward function changed"
-    )
-    assert _TILE_SETUP in codegen.cpu_module_template_backward, "Warp's CPU backward dispatch changed"
-    assert _TILE_SETUP in tasks, "Warp's CPU dispatch no longer sets up tile storage as jarp's ranged entry expects"
+    return {
+        "kernel_forward": codegen.cpu_kernel_template_forward,
+        "kernel_backward": codegen.cpu_kernel_template_backward,
+        "module_forward": codegen.cpu_module_template_forward,
+        "module_backward": codegen.cpu_module_template_backward,
+    }
+
+
+def check_cpu_builds() -> None:
+    """Raise `AssertionError` if Warp's CPU build changed where `loaded_build` and `build_cpu_object` depend on it."""
     parameters = set(inspect.signature(_build.build_cpu).parameters) - {"obj_path", "cpp_path"}
     assert parameters == _BUILD_CPU_KWARGS, f"build_cpu's parameters changed: {sorted(parameters)}"
     call = re.search(r"\bbuild_cpu\((.*?)\n\s*\)\n", inspect.getsource(wp.Module._compile), re.DOTALL)
@@ -1111,45 +793,13 @@ def check_ranged_entries() -> None:
     assert "binary_path" in inspect.signature(wp._src.context.ModuleExec.__init__).parameters, (
         "ModuleExec lost binary_path"
     )
+    templates = cpu_codegen_templates()
+    assert all(isinstance(t, str) for t in templates.values()), "Warp's CPU code templates changed"
+    assert callable(getattr(wp.Module, "_run_codegen", None)), "wp.Module lost _run_codegen (loaded_build)"
     with _WARP_LOCK:
-        module = wp.get_module("jarp._ranged_probe")
-        resolved = module.resolve_options(wp.config, block_dim=1)
-        _ranged_build_options(resolved)  # raises KeyError if a module option it reads is gone
-        assert "strip_hash" in resolved, "the module option 'strip_hash' is gone"
-        linear = wp.Kernel(_ranged_probe_linear, key="_jarp_ranged_probe_linear", module=module)
-        grid = wp.Kernel(_ranged_probe_grid, key="_jarp_ranged_probe_grid", module=module)
-    source = module_codegen(module, "cpu", block_dim=1)
-    appendix, refused = _ranged_appendix(source)
-    assert refused == {}, f"the probe kernels got no ranged entry points: {refused}"
-    if module.options.get("enable_backward", True):
-        # the companion makes Warp's backward entry points internal (`_ranged_job`): they must still look so
-        assert len(_BACKWARD_ENTRY.findall(source)) == 2, "Warp's CPU backward entry points changed (_BACKWARD_ENTRY)"
-    backward, refused = _ranged_appendix(source, backward=True)
-    assert refused == {}, f"the probe kernels got no ranged backward entry points: {refused}"
-    assert len(_FORWARD_ENTRY_HEAD.findall(source)) == 2, "Warp's CPU forward entry points changed"
-    for kernel, flags in ((linear, ("true", "false")), (grid, ("false",))):
-        name = kernel.get_mangled_name()
-        assert f"WP_API void {ranged_entry_symbol(name)}(" in appendix, f"no ranged entry point for {kernel.key}"
-        assert f"WP_API void {ranged_entry_symbol(name, True)}(" in backward, f"no ranged backward for {kernel.key}"
-        for flag in flags:
-            assert f"{name}_jarp_cpu_forward_range_tasks<{flag}>(dim, _wp_args, jarp_begin, jarp_end);" in appendix, (
-                f"the ranged entry point of {kernel.key} does not take Warp's <{flag}> specialisation"
-            )
-            call = f"{name}_jarp_cpu_backward_range_tasks<{flag}>(dim, _wp_args, _wp_adj_args, jarp_begin, jarp_end);"
-            assert call in backward, f"the ranged backward entry of {kernel.key} does not take Warp's <{flag}> case"
-    assert re.search(
-        r"const bool wp_linear_contiguous = dim->coord_mult == 1 && \(.*strides\[0\] == \(int\)sizeof", appendix
-    ), "Warp's runtime test for the contiguous specialisation changed"
-
-
-def _ranged_probe_linear(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
-    i = wp.tid()
-    b[i] = a[i] * 2.0
-
-
-def _ranged_probe_grid(a: wp.array2d(dtype=float)) -> None:
-    i, j = wp.tid()
-    a[i, j] = float(i + j)
+        resolved = wp.get_module("jarp._probe_builds").resolve_options(wp.config, block_dim=1)
+    _cpu_build_options(resolved)  # raises KeyError if a module option it reads is gone
+    assert "strip_hash" in resolved, "the module option 'strip_hash' is gone"
 
 
 # -- structs --
@@ -1255,7 +905,7 @@ def check_internals() -> None:
     assert llvm is None or len(llvm.wp_compile_cpp.argtypes) == 14, "wp_compile_cpp's parameters changed"
     assert llvm is None or len(llvm.wp_load_obj.argtypes) == 3, "wp_load_obj's parameters changed"
     assert os.path.isdir(os.path.join(_build.warp_home, "native")), "warp's native include directory moved"
-    # registered_kernel / kernel_code_hash (the content description of a plan's kernel, `_plan._describe`)
+    # registered_kernel / kernel_code_hash (the content description of a plan's kernel, `_plan._content`)
     assert isinstance(wp._src.context.user_modules, dict), "warp's module registry (user_modules) changed"
     with _WARP_LOCK:
         probe_kernel = wp.Kernel(_probe_kernel, key="_jarp_probe_kernel", module=wp.get_module("jarp._probe"))
@@ -1264,7 +914,7 @@ def check_internals() -> None:
     assert isinstance(digest, str), "ModuleHasher.kernel_hashes changed"
     assert len(digest) == 64, "Warp's kernel hash is no longer a sha256 digest"
     assert kernel_code_hash(probe_kernel, 1) == digest, "Warp's kernel hash is not stable"
-    check_ranged_entries()
+    check_cpu_builds()
     check_array_access()
 
 

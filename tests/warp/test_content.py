@@ -1,10 +1,10 @@
-"""Plan descriptions (`jarp.warp._plan._describe`): canonical text that another process rebuilds into the equal plan.
+"""Plan descriptions (`jarp.warp._plan._content`): canonical text that another process rebuilds into the equal plan.
 
 The round trip runs over real plans, harvested from the plan registry after lowering a broad set of calls for the
 CPU: forward and adjoint, both vmap methods, in-out arguments, static scalars of every kind (``-0.0``, NaN,
 ``inf``), runtime scalars and struct fields, struct parameters, generic overloads, tile kernels with a block dim,
 bounds-checked builds and ``jax_callable`` functions. `rebuild` reads untrusted text: every failure is a
-`DescriptionError` with a reason and a message naming the field, the kernel or the module to import.
+`ContentError` with a reason and a message naming the field, the kernel or the module to import.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ from hypothesis import strategies as st
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _runtime_scalars
-from jarp.warp._plan._describe import ABI_VERSION, DescriptionError, describe, not_describable, rebuild
+from jarp.warp._plan._content import ABI_VERSION, ContentError, content_text, not_portable, rebuild
 from jarp.warp._plan._values import Binding, Plan, Runs
 
 from .support import kernels as k
 from .support import kernels64 as k64
-from .support import kernels_describe as kd
+from .support import kernels_content as kd
 from .support import kernels_struct as kst
 from .support import kernels_struct_runtime as ksr
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).parent / "support" / "describe_script.py"
+SCRIPT = Path(__file__).parent / "support" / "content_script.py"
 
 # Lowered programs whose plans the tests read: they keep their plans registered while the module runs.
 _KEEP: list[Any] = []
@@ -177,12 +177,12 @@ def _pick(plans: list[Plan], label: str, adjoint: bool = False) -> Plan:
 
 
 def _round_trip(plan: Plan) -> str:
-    assert not_describable(plan) is None, plan.name
-    text = describe(plan)
+    assert not_portable(plan) is None, plan.name
+    text = content_text(plan)
     again = rebuild(text)
     assert again == plan, f"{plan.name}: {text}"
     assert again.target is plan.target
-    assert describe(again) == text
+    assert content_text(again) == text
     assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))  # canonical
     return text
 
@@ -191,7 +191,7 @@ def test_every_harvested_plan_round_trips_or_says_why_not(harvested: list[Plan])
     # The plans of the calls above, and those other tests of the same process registered.
     describable = 0
     for plan in harvested:
-        reason = not_describable(plan)
+        reason = not_portable(plan)
         if reason is None:
             _round_trip(plan)
             describable += 1
@@ -202,11 +202,11 @@ def test_every_harvested_plan_round_trips_or_says_why_not(harvested: list[Plan])
 
 
 def _target_json(plan: Plan) -> dict[str, Any]:
-    return json.loads(describe(plan))["target"]
+    return json.loads(content_text(plan))["target"]
 
 
 def test_the_harvest_covers_every_kind_of_plan(harvested: list[Plan]) -> None:
-    plans = [p for p in harvested if not_describable(p) is None]
+    plans = [p for p in harvested if not_portable(p) is None]
     kernels = [p for p in plans if p.runs is Runs.KERNEL]
     targets = [_target_json(p) for p in kernels]
     assert any(p.adjoint for p in kernels)
@@ -237,19 +237,19 @@ def test_the_harvest_covers_every_kind_of_plan(harvested: list[Plan]) -> None:
 
 def test_static_values_are_exact_in_the_text(harvested: list[Plan]) -> None:
     plan = _pick(harvested, "static s=-0.0")
-    assert json.loads(describe(plan))["params"][1]["primal"]["value"] == {"float": "-0x0.0p+0"}
+    assert json.loads(content_text(plan))["params"][1]["primal"]["value"] == {"float": "-0x0.0p+0"}
     plan = _pick(harvested, "static s=nan")
-    assert json.loads(describe(plan))["params"][1]["primal"]["value"] == {"float": "nan"}
+    assert json.loads(content_text(plan))["params"][1]["primal"]["value"] == {"float": "nan"}
     plan = _pick(harvested, "bool, int and uint64 statics")
-    values = [p["primal"]["value"] for p in json.loads(describe(plan))["params"][1:5]]
+    values = [p["primal"]["value"] for p in json.loads(content_text(plan))["params"][1:5]]
     assert values == [{"float": "-0x0.0p+0"}, -(2**31), 2**64 - 1, True]
-    assert describe(plan) != describe(_pick(harvested, "static s=0.0"))
+    assert content_text(plan) != content_text(_pick(harvested, "static s=0.0"))
 
 
 def test_a_description_holds_nothing_process_local(harvested: list[Plan]) -> None:
     for plan in harvested:
-        if not_describable(plan) is None:
-            text = describe(plan)
+        if not_portable(plan) is None:
+            text = content_text(plan)
             assert " at 0x" not in text, text
             assert str(id(plan.target)) not in text
 
@@ -263,16 +263,16 @@ def test_a_lambda_or_a_closure_callable_is_not_describable() -> None:
 
     (lam,) = _lower(lambda a: jax_callable(kd.scale_lambda)(a, 2.0), _a())
     (nested,) = _lower(lambda a: jax_callable(closure)(a, 2.0), _a())
-    reason = not_describable(lam)
+    reason = not_portable(lam)
     assert reason is not None
     assert "'<lambda>'" in reason
     assert "is a lambda or is defined inside another function" in reason
-    reason = not_describable(nested)
+    reason = not_portable(nested)
     assert reason is not None
     assert "closure" in reason
     assert "top level of a module" in reason
-    with pytest.raises(DescriptionError, match="cannot be found by name") as info:
-        rebuild(describe(lam))
+    with pytest.raises(ContentError, match="cannot be found by name") as info:
+        rebuild(content_text(lam))
     assert info.value.reason == "invalid"
 
 
@@ -280,7 +280,7 @@ def test_a_kernel_redefined_under_its_key_is_not_describable() -> None:
     first, second = kd.make_offset_kernel(1.0), kd.make_offset_kernel(2.0)
     (old,) = _lower(lambda a: jax_kernel(first)(a), _a())
     (new,) = _lower(lambda a: jax_kernel(second)(a), _a())
-    assert "redefined since under the same key" in (not_describable(old) or "")
+    assert "redefined since under the same key" in (not_portable(old) or "")
     _round_trip(new)
 
 
@@ -288,13 +288,13 @@ def test_a_kernel_redefined_under_its_key_is_not_describable() -> None:
 
 
 def _edited(plan: Plan, edit: Callable[[dict[str, Any]], None]) -> str:
-    doc = json.loads(describe(plan))
+    doc = json.loads(content_text(plan))
     edit(doc)
     return json.dumps(doc)
 
 
-def _raises(text: str, reason: str, match: str) -> DescriptionError:
-    with pytest.raises(DescriptionError, match=match) as info:
+def _raises(text: str, reason: str, match: str) -> ContentError:
+    with pytest.raises(ContentError, match=match) as info:
         rebuild(text)
     assert info.value.reason == reason
     assert isinstance(info.value, ValueError)
@@ -448,10 +448,10 @@ def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 
 def _check_rebuild(text: Any) -> None:
-    error: DescriptionError | None = None
+    error: ContentError | None = None
     try:
         plan = rebuild(text)
-    except DescriptionError as e:
+    except ContentError as e:
         error = e
     if error is None:
         assert isinstance(plan, Plan)
@@ -464,7 +464,7 @@ def _check_rebuild(text: Any) -> None:
 def valid_descriptions(harvested: list[Plan]) -> list[dict[str, Any]]:
     labels = ("static s=2.0", "struct", "struct vector and matrix values", "runtime struct field", "callable")
     picked = [_pick(harvested, label) for label in labels] + [_pick(harvested, "in-out adjoint", adjoint=True)]
-    return [json.loads(describe(p)) for p in picked]
+    return [json.loads(content_text(p)) for p in picked]
 
 
 _FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -621,7 +621,7 @@ def test_numpy_static_values_keep_their_dtype(harvested: list[Plan]) -> None:
     params = list(plan.params)
     params[1] = dataclasses.replace(params[1], primal=Binding("static", value=np.float32(2.0)))
     edited = dataclasses.replace(plan, params=tuple(params))
-    text = describe(edited)
+    text = content_text(edited)
     assert json.loads(text)["params"][1]["primal"]["value"] == {
         "numpy": "float32",
         "value": {"float": "0x1.0000000000000p+1"},

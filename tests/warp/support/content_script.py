@@ -1,9 +1,9 @@
-"""Run by ``test_describe.py`` in fresh processes: describe the plans of one traced function, or rebuild a text.
+"""Run by ``test_content.py`` in fresh processes: write the content text of the plans of one traced function, or rebuild a text.
 
-``python describe_script.py describe DIR``: imports ``describe_mod`` from ``DIR``, lowers a function calling its
+``python content_script.py describe DIR``: imports ``describe_mod`` from ``DIR``, lowers a function calling its
 kernel and prints the description of each plan it registered (one per line, sorted, after ``>>> ``).
-``python describe_script.py rebuild DIR [--no-import]``: reads descriptions from stdin and prints, per line (after ``>>> ``), ``ok``
-or the reason of the `DescriptionError` and its message.
+``python content_script.py rebuild DIR [--no-import]``: reads descriptions from stdin and prints, per line (after ``>>> ``), ``ok``
+or the reason of the `ContentError` and its message.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jarp.warp import jax_kernel
 from jarp.warp._ffi._registry import registry
-from jarp.warp._plan import _describe
+from jarp.warp._plan import _content
 
 
 def main() -> None:
@@ -32,14 +32,14 @@ def main() -> None:
         )
         assert lowered is not None
     if mode == "describe":
-        for text in sorted(_describe.describe(plan) for _, plan in registry.items()):
+        for text in sorted(_content.content_text(plan) for _, plan in registry.items()):
             print(f">>> {text}")
         return
     for line in sys.stdin.read().splitlines():
         try:
-            _describe.rebuild(line)
+            _content.rebuild(line)
             print(">>> ok")
-        except _describe.DescriptionError as e:
+        except _content.ContentError as e:
             print(f">>> {e.reason}: {e}")
 
 

@@ -1,0 +1,194 @@
+"""Reading untrusted content text back into a plan (`rebuild`): every field checked, the target found here, the
+plan checks run again (`_recheck`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from .. import _launch_checks, _races
+from .._arg_spec import MAX_WARP_NDIM
+from .._signature import param_spec
+from .._values import Buffer, Param, Plan, Runs
+from ._fields import (
+    _MAX_BATCH_DIMS,
+    _MAX_SIZE,
+    _PLAN_FIELDS,
+    ABI_VERSION,
+    MAX_TEXT,
+    ContentError,
+    _aliases,
+    _binding,
+    _bool,
+    _buffers,
+    _indices,
+    _int,
+    _ints,
+    _invalid,
+    _keys,
+    _list,
+    _no_constant,
+    _no_duplicates,
+    _operand_batch,
+    _show,
+    _str,
+)
+from ._recheck import _check_binding, _check_plan
+from ._targets import _find_target, _target_params
+
+
+def rebuild(text: str) -> Plan:
+    """The plan ``text`` describes, with its target found (and jarp's derived kernel rebuilt) in this process.
+
+    Args:
+        text: a description from `content_text`, possibly from another process, possibly crafted.
+
+    Returns:
+        The plan, equal to the one described (its target the same kernel or function object).
+
+    Raises:
+        ContentError: ``reason="invalid"`` for text that is not a well-formed description (the message names
+            the field) or that describes an inconsistent launch; ``"abi"`` for a description of another jarp
+            call ABI; ``"not_found"`` when its kernel or function is not defined in this process (the message
+            names the module to import); ``"changed"`` when the one found has other code.
+
+    Example:
+        ```python
+        assert rebuild(content_text(plan)) == plan
+        ```
+    """
+    if not isinstance(text, str):
+        _invalid(f"a plan description is text, got {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        _invalid(f"the plan description is {len(text)} characters long, more than the {MAX_TEXT} jarp reads")
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        _invalid(f"the plan description is not JSON ({type(e).__name__}: {str(e)[:200]})")
+    if not isinstance(doc, dict):
+        _invalid(f"the plan description is a JSON {type(doc).__name__}, not an object")
+    abi = doc.get("abi")
+    if type(abi) is not int:
+        _invalid(f"field 'abi' must be an int, got {_show(abi)}")
+    if abi != ABI_VERSION:
+        raise ContentError(
+            "abi",
+            f"the program's Warp call was described for jarp call ABI {abi}, and this jarp reads ABI {ABI_VERSION}; "
+            "load the program with the jarp version that compiled it, or compile it again with this one.",
+        )
+    _keys(doc, _PLAN_FIELDS + (("partitioned",) if isinstance(doc, dict) and "partitioned" in doc else ()), "the plan")
+    return _Reader(doc).plan()
+
+
+class _Reader:
+    """Reads one parsed description into a `Plan`, checking each field as it goes."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def plan(self) -> Plan:
+        doc = self.doc
+        runs = {"kernel": Runs.KERNEL, "callable": Runs.CALLABLE}.get(_str(doc["runs"], "runs"))
+        if runs is None:
+            _invalid(f"field 'runs' must be 'kernel' or 'callable', got {_show(doc['runs'])}")
+        adjoint = _bool(doc["adjoint"], "adjoint")
+        name = _str(doc["name"], "name")
+        block_dim = doc["block_dim"]
+        if block_dim is not None:
+            block_dim = _int(block_dim, "block_dim", 1, _launch_checks.MAX_BLOCK_DIM)
+        target = _find_target(runs, doc["target"], block_dim)
+        operands = _buffers(doc["operands"], "operands")
+        results = _buffers(doc["results"], "results")
+        n_ops, n_res = len(operands), len(results)
+        launch_dims = _ints(doc["launch_dims"], "launch_dims", 0, _MAX_SIZE, max_len=MAX_WARP_NDIM)
+        if runs is Runs.KERNEL and not launch_dims:
+            _invalid("field 'launch_dims' of a kernel plan must have 1 to 4 dims, got []")
+        if runs is Runs.CALLABLE and launch_dims:
+            _invalid(f"field 'launch_dims' of a callable plan must be [], got {list(launch_dims)}")
+        if math.prod(launch_dims) > _MAX_SIZE:
+            _invalid(f"field 'launch_dims' {list(launch_dims)} launches more than 2**63 - 1 threads")
+        batch_shape = _ints(doc["batch_shape"], "batch_shape", 0, _MAX_SIZE, max_len=_MAX_BATCH_DIMS)
+        operand_batch = _operand_batch(doc["operand_batch"], n_ops, len(batch_shape))
+        for what, bufs in (("operands", operands), ("results", results)):
+            for i, buf in enumerate(bufs):
+                if math.prod(batch_shape) * buf.nbytes > _MAX_SIZE:
+                    _invalid(
+                        f"field '{what}[{i}]' with batch shape {list(batch_shape)} holds more than 2**63 - 1 bytes"
+                    )
+        params = self._params(runs, target, operands, results)
+        plan = Plan(
+            runs=runs,
+            adjoint=adjoint,
+            target=target,
+            params=params,
+            launch_dims=launch_dims,
+            operands=operands,
+            results=results,
+            zero_results=_indices(doc["zero_results"], "zero_results", n_res, increasing=True),
+            aliases=_aliases(doc["aliases"], n_ops, n_res),
+            batch_shape=batch_shape,
+            operand_batch=operand_batch,
+            has_side_effect=_bool(doc["has_side_effect"], "has_side_effect"),
+            graph_compatible=_bool(doc["graph_compatible"], "graph_compatible"),
+            scalar_operands=_indices(doc["scalar_operands"], "scalar_operands", n_ops, increasing=True),
+            protected=_indices(doc["protected"], "protected", n_res, increasing=True),
+            name=name,
+            block_dim=block_dim,
+            cpu_blocks=_bool(doc["cpu_blocks"], "cpu_blocks"),
+            bounds_checked=_bool(doc["bounds_checked"], "bounds_checked"),
+            partitioned=self._partitioned(batch_shape, operand_batch),
+        )
+        _check_plan(plan)
+        # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
+        # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
+        forward = _races.split_proofs(
+            runs, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
+        )
+        shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward.race_free)
+        if adjoint:
+            race_free, private = _races.adjoint_split_proofs(
+                runs, target, params, results, block_dim, plan.bounds_checked, plan.launch_dims
+            )
+        else:
+            race_free, private = forward.race_free, _races.private_results(params, forward.private)
+        return dataclasses.replace(plan, race_free=race_free, private=private, shares_cpu_state=shares)
+
+    def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
+        if "partitioned" not in self.doc:
+            return False
+        if self.doc["partitioned"] is not True:
+            _invalid(f"field 'partitioned' must be true where present, got {_show(self.doc['partitioned'])}")
+        if not batch_shape:
+            _invalid("field 'partitioned' needs batch dims (field 'batch_shape' is [])")
+        for i, flags in enumerate(operand_batch):
+            if any(flags) and not all(flags):
+                _invalid(f"field 'operand_batch[{i}]' of a partitioned plan must carry every batch dim or none")
+        return True
+
+    def _params(
+        self, runs: Runs, target: Any, operands: tuple[Buffer, ...], results: tuple[Buffer, ...]
+    ) -> tuple[Param, ...]:
+        raw = _list(self.doc["params"], "params")
+        declared = _target_params(runs, target)
+        if len(raw) != len(declared):
+            _invalid(f"field 'params' has {len(raw)} parameters, but the target has {len(declared)}")
+        params = []
+        for i, (item, (name, warp_type)) in enumerate(zip(raw, declared, strict=True)):
+            where = f"params[{i}]"
+            _keys(item, ("adjoint", "in_out", "name", "primal"), where)
+            if _str(item["name"], f"{where}.name") != name:
+                _invalid(f"field '{where}.name' is {_show(item['name'])}, but the target's parameter {i} is {name!r}")
+            in_out = _bool(item["in_out"], f"{where}.in_out")
+            try:
+                spec = param_spec(name, warp_type, in_out=in_out, what="jarp plan description")
+            except TypeError as e:
+                _invalid(f"parameter {name!r} of the target has no argument spec ({e})")
+            if in_out and not spec.is_array:
+                _invalid(f"field '{where}.in_out' is true, but parameter {name!r} is a {spec.phrase()}")
+            primal = _binding(item["primal"], f"{where}.primal")
+            adjoint = _binding(item["adjoint"], f"{where}.adjoint")
+            _check_binding(spec, primal, adjoint, operands, results, where)
+            params.append(Param(spec, primal, adjoint))
+        return tuple(params)
