@@ -22,6 +22,7 @@ PAGES = [
     "docs/contract.md",
     "docs/physics.md",
     "docs/geometry.md",
+    "docs/hyperelastic.md",
 ]
 FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 

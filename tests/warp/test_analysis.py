@@ -472,11 +472,12 @@ def test_plans_say_whether_their_slices_may_run_at_once() -> None:
     weights = jnp.ones((2, 4), jnp.float32)
     atomic = jax_kernel(k.scatter_add_kernel, num_outputs=1, output_dims={"out": 3}, **_NO_PRELOAD)
     (info,) = _infos(jax.vmap(lambda w: atomic(indices, w)[0]), weights)
+    plan = registry.plan(info.handle)  # before the next trace, which releases it (its lowering is gone)
     tiled = jax_kernel(kt.tile_copy, launch_dims=(8,), output_dims={"out": 64}, **_NO_PRELOAD)
     (tile_info,) = _infos(jax.vmap(lambda x: tiled(x)[0]), jnp.ones((2, 64), jnp.float32))
+    tile_plan = registry.plan(tile_info.handle)
     assert (info.concurrent_slices, tile_info.concurrent_slices) == (True, False)
     assert "concurrent slices False" in str(tile_info)
-    plan, tile_plan = registry.plan(info.handle), registry.plan(tile_info.handle)
     assert (plan.race_free, plan.shares_cpu_state) == (False, False)  # atomics: slices at once, never ranges
     assert (tile_plan.race_free, tile_plan.shares_cpu_state) == (False, True)
     for p in (plan, tile_plan):

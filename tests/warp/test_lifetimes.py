@@ -215,8 +215,9 @@ def test_released_handle_fails_loudly_and_is_never_reused() -> None:
     del lowered
     jax.clear_caches()
     gc.collect()
-    assert handle not in registry  # released: no executable uses it
-    assert registry.plan(handle).target is kernel  # but recoverable while the kernel lives on
+    assert handle not in registry  # released: no executable uses it, even though the kernel lives on
+    with pytest.raises(ReleasedPlanError, match=f"plan handle {handle} was released"):
+        registry.plan(handle)
     del kernel
     (y,) = jax_kernel(_make_kernel(4))(x)  # Warp's module now keeps this kernel of the same name instead
     np.testing.assert_array_equal(y, np.arange(4.0) * 4)
@@ -227,6 +228,44 @@ def test_released_handle_fails_loudly_and_is_never_reused() -> None:
         registry.plan(10**9)
     (new,) = [int(h) for h in _handles(_lower(jax_kernel(_make_kernel(3)), x).as_text())]
     assert new > handle
+
+
+class _LoweringWithoutLease:
+    """The registry as the JAX stage's lowering sees it, except that the lease a lowering attaches dies at once."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(registry, name)
+
+    def lease(self, plan: Any) -> tuple[int, object]:
+        handle, _ = registry.lease(plan)
+        return handle, object()
+
+
+def test_a_loaded_executable_keeps_its_plan_with_the_lease_of_its_own_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lowering's lease (a keepalive JAX keeps with the executable) is not what keeps a running executable's
+    # plan: its calls' XLA FFI states hold leases of their own, from XLA's instantiate stage. Without the lowering's
+    # lease, a jitted function's executable still calls its plan after every safe point.
+    from jarp.warp._jax import _lowering
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    kernel = _make_kernel(11)
+    module = jax_kernel(kernel)
+    f = jax.jit(lambda x: module(x)[0])
+    monkeypatch.setattr(_lowering, "registry", _LoweringWithoutLease())
+    np.testing.assert_array_equal(f(x), np.arange(4.0) * 11)
+    monkeypatch.undo()
+    for i in range(3):
+        gc.collect()
+        jax_kernel(_make_kernel(12 + i))(x)  # a safe point: releases every plan no lease holds
+        assert any(p.target is kernel for p in registry.plans())
+        np.testing.assert_array_equal(f(x), np.arange(4.0) * 11)
+    leases = registry.state_leases()
+    del f
+    jax.clear_caches()
+    gc.collect()
+    jax_kernel(_make_kernel(15))(x)
+    assert registry.state_leases() < leases  # the executable's state went with it, and its lease
+    assert not any(p.target is kernel for p in registry.plans())
 
 
 def test_an_executable_deserialised_in_this_process_holds_its_own_lease() -> None:

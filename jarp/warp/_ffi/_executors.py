@@ -447,6 +447,8 @@ class _CpuKernelExecutor(_KernelExecutor):
         splittable = plan.race_free or bool(plan.private)
         # a backward thread runs the forward code again, then its adjoint: about three times the forward's work
         work = tasks * _races.work_estimate(plan.target) * (3 if self.adjoint else 1) if splittable else 0
+        # the handler splits a launch of at least two ranges (`run_on_pool`), ranges of MIN_RANGE tasks or fewer
+        # where its cost (measured, or estimated for a privatised launch) says so
         large = tasks >= 2 * _threads.MIN_RANGE or work >= _threads.MIN_WORK
         private = self._private() if plan.private else []
         if not (concurrent and splittable and large) or (plan.private and not private):

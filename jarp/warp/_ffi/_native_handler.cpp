@@ -165,22 +165,24 @@ ErrorString g_error_string;  // Warp's wp_get_error_string: why its last CUDA ca
 int64_t g_exiting;
 int64_t g_in_python;
 
-// CPU threads (jarp_set_threads): the most threads one call uses (0: as many as XLA's pool has; 1: the calling
-// thread only, jarp's behaviour before it used the pool), the fewest tasks (launch threads times batch slices) a
-// call must have before it goes to the pool at all (below, the pool's dispatch would cost more than it saves:
+// CPU threads. Every value below is set by jarp_set_threads from jarp/warp/_ffi/_threads.py (its thresholds and
+// the user's settings; the one place they are defined) when the handler is loaded, before any call, and again on
+// every change of a setting; until then a call stays on the calling thread. They are: the most threads one call uses
+// (0: as many as XLA's pool has; 1: the calling thread only), the fewest tasks (launch threads times batch slices)
+// a call must have before it goes to the pool at all (below, the pool's dispatch would cost more than it saves:
 // small launches keep their marginal cost), and the fewest tasks in one index range of a split launch.
-int64_t g_max_threads = 0;
-int64_t g_min_tasks = 1 << 15;
-int64_t g_min_range = 1 << 13;
+int64_t g_max_threads = 1;
+int64_t g_min_tasks;
+int64_t g_min_range = 1;
 // The work threshold: a launch whose whole single-threaded run took at least g_min_cost_ns splits however few
 // its tasks, in ranges of about g_item_ns each (at least one task); and the most bytes the private copies of one
 // split launch may take (above, fewer ranges; below two, the launch stays whole).
-int64_t g_min_cost_ns = 200000;
-int64_t g_item_ns = 20000;
-int64_t g_private_cap = int64_t(64) << 20;
+int64_t g_min_cost_ns;
+int64_t g_item_ns = 1;
+int64_t g_private_cap;
 // A helper that runs out of items waits up to g_linger_ns for the next split call before it gives its pool thread
 // back (see linger).
-int64_t g_linger_ns = 100000;
+int64_t g_linger_ns;
 // Counters for tests and inspection: calls run as several work items on the pool, work items run in all, and
 // calls a lingering helper joined.
 int64_t g_pool_calls;
@@ -661,6 +663,7 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
         if (by_cost < min_range) min_range = by_cost;
       }
     }
+    // (The executor builds the ranged entry only for a launch that may pass this: `_KernelExecutor._threading`.)
     if (d->tasks >= 2 * min_range) {
       // Several items per thread: a helper the machine deschedules mid-item holds the caller for one item only.
       // A long race-free launch gets items of about kBalanceNs (more than 8 per thread), so that cores of unequal

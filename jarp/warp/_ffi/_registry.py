@@ -13,7 +13,6 @@ plan stage and nothing above it.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import threading
@@ -62,18 +61,15 @@ class _Lease:
             pass
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # `jax.experimental.serialize_executable` pickles an executable with its keepalives: loaded
-        # in this process, the copy holds a lease of its own; loaded elsewhere, none (the instantiate
-        # stage there resolves each call's description, and its state holds the lease).
-        return (_unpickle_lease, (_PROCESS, self.handle))
+        # `jax.experimental.serialize_executable` pickles an executable with its keepalives. The copy needs no
+        # lease of its own: loaded in this process or another, its instantiate stage resolves each call's
+        # description, and that call's XLA FFI state holds the lease.
+        return (_no_lease, ())
 
 
-_PROCESS = os.urandom(16)  # tells a lease pickled in this process from one pickled in another
-
-
-def _unpickle_lease(process: bytes, handle: int) -> _Lease | None:
-    """A lease on ``handle`` for a deserialised executable, if it was pickled in this process and still has its plan."""
-    return registry.renew(handle) if process == _PROCESS else None
+def _no_lease() -> None:
+    """What a pickled lease unpickles to: nothing (the loaded executable's instantiate stage leases the plan)."""
+    return None
 
 
 class _Registry:
@@ -85,9 +81,9 @@ class _Registry:
     another plan is registered, the registry is listed, or on ``jax.clear_caches()``
     (`cache_clear`). Deferring to a safe point keeps a call that XLA has queued but not yet
     started from finding its plan gone when the last reference to its executable is dropped
-    right after the call. A released plan stays recoverable (without being kept alive) while
-    its kernel or function lives on elsewhere. A plan that was registered but never leased
-    (looked up directly by `handle`) stays until it is leased and released.
+    right after the call. Every loaded executable holds a lease in each call's XLA FFI state
+    (`resolve`), so no call can reach a released plan. A plan that was registered but never
+    leased (looked up directly by `handle`) stays until it is leased and released.
     """
 
     def __init__(self) -> None:
@@ -96,8 +92,6 @@ class _Registry:
         self._plans: dict[int, Plan] = {}
         self._leases: dict[int, int] = {}
         self._dead: collections.deque[int] = collections.deque()  # handles of collected leases
-        # handle -> (weak ref to the target, the plan without it): released plans whose target lives on
-        self._weak: dict[int, tuple[weakref.ref[Any], Plan]] = {}
         self._idle: set[int] = set()
         self._next = 0
         self._hooks: list[Any] = []
@@ -209,15 +203,6 @@ class _Registry:
         assert lease is not None
         return handle, lease
 
-    def renew(self, handle: int) -> _Lease | None:
-        """A new lease on a registered (or recoverable) ``handle``; None if it is released for good."""
-        with self._lock:
-            try:
-                self.plan(handle)
-            except ReleasedPlanError:
-                return None
-            return self._new_lease(handle)
-
     def _new_lease(self, handle: int) -> _Lease:
         """Count one more lease on ``handle`` (with the lock held) and return it."""
         self._leases[handle] = self._leases.get(handle, 0) + 1
@@ -253,10 +238,8 @@ class _Registry:
         released = []
         for handle in self._idle:
             plan = self._plans.pop(handle, None)
-            if plan is not None:
-                if self._handles.get(plan) == handle:
-                    del self._handles[plan]
-                self._hold_weakly(handle, plan)
+            if plan is not None and self._handles.get(plan) == handle:
+                del self._handles[plan]
             released.append(handle)
         self._idle.clear()
         return released
@@ -267,33 +250,6 @@ class _Registry:
         if released:
             for hook in self._hooks:
                 hook(released)
-
-    def _hold_weakly(self, handle: int, plan: Plan) -> None:
-        """Keep ``plan`` recoverable while its target lives elsewhere, without keeping the target alive.
-
-        JAX's C++ dispatch cache can keep calling an executable after JAX's Python caches (and
-        with them the lease) let it go; while the kernel or function is still alive (the jitted
-        function that closes over the module holds it) such a call gets the plan back.
-        """
-        try:
-            ref = weakref.ref(plan.target, lambda _, h=handle: self._weak.pop(h, None))
-        except TypeError:  # not weakly referenceable: released for good
-            return
-        self._weak[handle] = (ref, dataclasses.replace(plan, target=None))
-
-    def _recover(self, handle: int) -> Plan | None:
-        entry = self._weak.get(handle)
-        target = entry[0]() if entry is not None else None
-        if target is None:
-            return None
-        with self._lock:
-            plan = dataclasses.replace(entry[1], target=target)
-            self._weak.pop(handle, None)
-            self._plans[handle] = plan
-            self._handles.setdefault(plan, handle)
-            if handle not in self._leases:
-                self._idle.add(handle)  # released again at the next safe point unless leased
-        return plan
 
     def on_release(self, hook: Any) -> None:
         """Call ``hook(handles)`` with the handles each release drops (to drop what was built for them)."""
@@ -315,22 +271,16 @@ class _Registry:
         """The plan registered under ``handle``.
 
         Raises:
-            ReleasedPlanError: if ``handle`` was released (and its kernel or function collected)
-                or never made in this process.
+            ReleasedPlanError: if ``handle`` was released or never made in this process.
         """
         try:
             return self._plans[handle]
         except (KeyError, TypeError):
             pass
-        plan = self._recover(handle) if isinstance(handle, int) else None
-        if plan is not None:
-            return plan
         if isinstance(handle, int) and 0 <= handle < self._next:
             raise ReleasedPlanError(
-                f"plan handle {handle} was released: no executable lowered with it was alive and the kernel or "
-                "function it ran was collected. An executable kept only through a copy JAX does "
-                "not know about (a deserialised or exported one) cannot call it; call the jarp module again "
-                "to compile a fresh executable.",
+                f"plan handle {handle} was released: no executable lowered or loaded with it was alive. Call the "
+                "jarp module again to compile a fresh executable.",
                 released=True,
             ) from None
         raise ReleasedPlanError(
