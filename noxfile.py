@@ -31,6 +31,10 @@ RUFF = "ruff>=0.17,<0.18"  # also pinned in pyproject's `dev` extra
 HYPOTHESIS = {"JARP_HYPOTHESIS_PROFILE": os.environ.get("JARP_HYPOTHESIS_PROFILE") or "ci"}
 # Keep a developer's own JAX precision setting out of the float32 runs.
 FLOAT32 = {"JAX_ENABLE_X64": "0"}
+# pytest-xdist: one worker process per CPU, each test file on one worker (a file's tests share its Warp module
+# builds and its fixtures). Most of the suite's time is single-threaded (Warp builds, subprocesses), so two cores
+# take about 0.57 of the serial time. `nox -s tests -- -n 0` runs serially.
+WORKERS = ["-n", "auto", "--dist", "loadfile"]
 
 
 @nox.session(python=PYTHON)
@@ -41,15 +45,20 @@ def tests(session: nox.Session) -> None:
     `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built.
 
     Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
-    otherwise.
+    otherwise. Each run spreads the test files over one pytest-xdist worker per CPU (`-- -n 0`: serially).
 
     pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
     """
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs, env={**FLOAT32, **HYPOTHESIS})
-    session.run("pytest", "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **HYPOTHESIS})
+    session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS})
+    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **HYPOTHESIS})
     session.run(
-        "pytest", "-m", "launch_paths", *session.posargs, env={**FLOAT32, **HYPOTHESIS, "JARP_LAUNCH": "python"}
+        "pytest",
+        *WORKERS,
+        "-m",
+        "launch_paths",
+        *session.posargs,
+        env={**FLOAT32, **HYPOTHESIS, "JARP_LAUNCH": "python"},
     )
 
 

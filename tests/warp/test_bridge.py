@@ -1,5 +1,6 @@
 """jarp's own launch path: plan registry, FFI errors, threads, several devices, CUDA lowering."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -30,10 +31,13 @@ def test_retracing_does_not_grow_the_registry():
         return jax.jit(jax.grad(lambda x: jnp.sum(m(x)[0] ** 2))).lower(x)
 
     run()
+    gc.collect()
     before = len(_registry.registry)
     for _ in range(20):
         run()
-    assert len(_registry.registry) == before
+    # Not equal: an executable of an earlier test in this worker process may be destroyed meanwhile (XLA deletes
+    # its state when it gets to it), releasing its plan; twenty retraces that each kept a plan would add twenty.
+    assert len(_registry.registry) <= before
 
 
 def test_equal_plans_share_a_handle():
