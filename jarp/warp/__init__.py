@@ -1,13 +1,14 @@
 """Warp kernels and Warp-launching functions as JAX-callable Equinox modules.
 
 The files at this level are what users touch: the modules (`_kernel`, `_callable`, their abstract base
-`_base`), eager dispatch (`_eager`), energies (`_energy`), options
-(`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
+`_base`, their shared option fields `_option_fields`, the factories' module cache `_factory`), eager dispatch
+(`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
 built inside the call by `_geometry_builds`, routed by `_geometry_calls`), plan listing (`_inspect`) and
 generated source / ahead-of-time builds (`_codegen`). A call then flows down through the stages, one
 subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` checks it):
 
-- `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`);
+- `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`), and its
+  content text for compiled programs (`_plan/_content/`);
 - `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`),
   reverse mode (`_jax/_adjoint.py`) and the modules' ``jvp=``/``vjp=`` rules (`_jax/_user_rules.py`);
 - `_ffi`: what runs inside the custom call: the target and its callback (`_ffi/_target.py`), frame checks,

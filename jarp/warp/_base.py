@@ -14,8 +14,6 @@ what differs: how the target is resolved and how its plan is built.
 import abc
 import dataclasses
 import gc
-import threading
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,15 +25,12 @@ from . import _eager, _geometry_calls
 from ._ffi._registry import registry
 from ._jax import _adjoint, _user_rules
 from ._jax._primitive import CallConfig
-from ._option_warnings import warn_unused_option as warn_unused_option
 from ._plan._arg_spec import ArgSpec
 from ._plan._binding import BoundCall, bind_arguments
-from ._plan._normalize import check_vmap_method, normalize_output_dims, tuple_of_str
+from ._plan._normalize import check_vmap_method, normalize_output_dims
 from ._plan._signature import Signature
 from ._plan._values import Plan
 from ._upstream import _warp_internals
-from ._value_callables import value_callable as value_callable
-from ._value_callables import warn_if_rebuilt_closure
 
 
 class AbstractWarpModule(eqx.Module):
@@ -160,72 +155,3 @@ class AbstractWarpModule(eqx.Module):
     @abc.abstractmethod
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[jax.Array, ...]:
         """A call given jarp structures (`jarp.warp.Mesh`...): a callable call on their arrays (`_geometry_calls`)."""
-
-
-# -- user callables compared by value (`_value_callables`) ----------------------------------------
-
-
-def value_callable_field(default: Any = None) -> Any:
-    """A static field holding a user callable, compared by value where it can be (`value_callable`)."""
-    return eqx.field(static=True, default=default, converter=value_callable)
-
-
-# -- the shared options' fields ------------------------------------------------------------------
-
-
-def output_dims_field(what: str) -> Any:
-    """The ``output_dims`` field: an int, a tuple or a dict by output name, normalised to a hashable value."""
-    return eqx.field(static=True, default=None, converter=lambda v: normalize_output_dims(v, f"{what}: output_dims"))
-
-
-def in_out_argnames_field() -> Any:
-    """The ``in_out_argnames`` field: a name or names, as a tuple."""
-    return eqx.field(static=True, default=(), converter=tuple_of_str)
-
-
-def module_preload_mode_field() -> Any:
-    """The ``module_preload_mode`` field, as Warp's enum."""
-    return eqx.field(static=True, default=wp.JaxModulePreloadMode.CURRENT_DEVICE, converter=wp.JaxModulePreloadMode)
-
-
-def enable_backward_field() -> Any:
-    """The ``enable_backward`` field, as a bool."""
-    return eqx.field(static=True, default=False, converter=bool)
-
-
-# -- factories -----------------------------------------------------------------------------------
-
-_instances: weakref.WeakValueDictionary[Any, AbstractWarpModule] = weakref.WeakValueDictionary()
-_instances_lock = threading.Lock()
-
-
-def option_names(cls: type[AbstractWarpModule]) -> tuple[str, ...]:
-    """The construction options of a module class: its fields after the first (the target)."""
-    return tuple(f.name for f in dataclasses.fields(cls))[1:]
-
-
-def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, Any]) -> AbstractWarpModule:
-    """Build ``cls(target, **options)``, returning the live module built from equal arguments if there is one.
-
-    Modules are immutable and compare by value, so sharing one is safe; it is what
-    Warp's ``jax_kernel``/``jax_callable`` do (they cache their wrappers), and saves
-    re-validating the target. The cache holds modules weakly.
-    """
-    names = option_names(cls)
-    unknown = sorted(set(options) - set(names))
-    if unknown:
-        raise TypeError(f"{cls._what}: unknown option(s) {unknown}; the options are {list(names)}.")
-    if "output_dims" in options:
-        # normalised before construction: Equinox flattens constructor arguments before converters run
-        options["output_dims"] = normalize_output_dims(options["output_dims"], f"{cls._what}: output_dims")
-    module = cls(target, **options)
-    warn_if_rebuilt_closure(cls, module)
-    # Keyed by the normalised field values (the converters have run), so that `in_out_argnames=[]`
-    # and no in_out_argnames give the same module, as in Warp; typed, so that True and 1 differ.
-    key = (cls, *((type(v), v) for v in (getattr(module, f.name) for f in dataclasses.fields(cls))))
-    try:
-        hash(key)
-    except TypeError:
-        return module
-    with _instances_lock:
-        return _instances.setdefault(key, module)

@@ -10,17 +10,17 @@ import numpy as np
 import warp as wp
 
 from . import _geometry_calls
-from ._base import (
-    AbstractWarpModule,
+from ._base import AbstractWarpModule
+from ._callable import structure_callable
+from ._factory import make_module
+from ._ffi import _executors
+from ._option_fields import (
     enable_backward_field,
     in_out_argnames_field,
-    make_module,
     module_preload_mode_field,
     output_dims_field,
     value_callable_field,
 )
-from ._callable import structure_callable
-from ._ffi import _executors
 from ._options import JaxKernelOptions
 from ._plan import (
     _analysis,

@@ -1,10 +1,11 @@
 """The module contract, written once for both kinds: ``jarp.warp.JaxKernel`` and ``jarp.warp.JaxCallable``.
 
-Unit: ``jarp/warp/_base.py`` (``AbstractWarpModule`` and the factories ``jax_kernel``/``jax_callable``). A module
-is an Equinox module with no leaves and only static fields; it is immutable, equal and hashable by value, and copies
-(normalises) its options at construction. Rebuilding an equal module retraces nothing under ``jax.jit`` and
-``eqx.filter_jit``, compiles nothing new eagerly and registers no new FFI target. Construction errors name the
-option; the factories work as decorators; a module is a (leafless) field of a user model and survives serialisation.
+Unit: ``jarp/warp/_base.py`` (``AbstractWarpModule``) and ``_factory.py`` (the factories' module cache behind
+``jax_kernel``/``jax_callable``). A module is an Equinox module with no leaves and only static fields; it is immutable,
+equal and hashable by value, and copies (normalises) its options at construction. Rebuilding an equal module retraces
+nothing under ``jax.jit`` and ``eqx.filter_jit``, compiles nothing new eagerly and registers no new FFI target.
+Construction errors name the option; the factories work as decorators; a module is a (leafless) field of a user model
+and survives serialisation.
 
 Tests are parametrised over the kinds (``support/kinds.py``), or over case tables whose ids start with the kind.
 Values are checked against NumPy.

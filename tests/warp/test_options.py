@@ -15,7 +15,7 @@ from jarp.warp import (
     JaxKernel,
     JaxKernelCallOptions,
     JaxKernelOptions,
-    _base,
+    _factory,
     _option_warnings,
     jax_callable,
     jax_kernel,
@@ -32,7 +32,7 @@ CASES = [
 @pytest.mark.parametrize(("cls", "options", "call_options"), CASES)
 def test_typed_dicts_list_exactly_the_fields(cls, options, call_options):
     fields = [f.name for f in dataclasses.fields(cls)]
-    assert _base.option_names(cls) == tuple(fields[1:])
+    assert _factory.option_names(cls) == tuple(fields[1:])
     assert set(typing.get_type_hints(options)) == set(fields[1:])
     assert set(typing.get_type_hints(call_options)) == set(cls._call_options)
 

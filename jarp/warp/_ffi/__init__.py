@@ -7,7 +7,8 @@
 - `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
 - `_registry`: the live plans by handle, and the leases executables hold on them.
 - `_native` and `_native_handler.cpp`: the native path (a C++ handler that launches with no Python).
-- `_threads`: how many CPU threads a call may use (``JARP_CPU_THREADS``, `set_cpu_threads`).
+- `_threads`: how many CPU threads a call may use (``JARP_CPU_THREADS``, `set_cpu_threads`), and the thresholds.
+- `_ranged`: jarp's ranged CPU entry points (a launch split into index ranges), compiled beside Warp's module.
 - `_trampoline`: the one ctypes-callback-to-FFI-target helper, shared with `_user_callback`.
 - `_user_callback`: `register_ffi_callback`, user functions as FFI targets.
 - `_guard` and `_guard.cpp`: the guard bounds-checked CPU launches run under (a failed check becomes an error).

@@ -64,10 +64,9 @@ _memset = ctypes.memset
 _memmove = ctypes.memmove
 
 
-# The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives:
-# an executable JAX still holds without its lease (its C++ dispatch cache, or a launch queued on a CUDA
-# stream or captured in a command buffer) may still reach that code, and a released plan is recovered
-# while its kernel lives. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
+# The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives: a
+# launch already queued on a CUDA stream or captured in a command buffer may still run that code after the plan
+# was released. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
 _retained: weakref.WeakKeyDictionary[Any, dict[int, _warp_internals.EntryPoints]] = weakref.WeakKeyDictionary()
 
 
