@@ -42,7 +42,7 @@ def _signature(func: Callable[..., Any], num_outputs: int, in_out_argnames: tupl
 
 
 # Under Warp's lock: factories typically define kernels and Warp functions. The executors' lock first (the lock
-# order of `_executors._lock`): a factory may call a jarp module, whose executor is prepared under that lock.
+# order of `_ffi._locks`): a factory may call a jarp module, whose executor is prepared under that lock.
 @weak_cache(lock=_executors.build_lock)
 def _specialise(factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
     func = _annotations.call_factory(factory, *dtypes)  # records its locals for string annotations

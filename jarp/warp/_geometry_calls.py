@@ -65,7 +65,7 @@ class Launcher(eqx.Module):
     @property
     def gradients_checked(self) -> bool:
         """Whether the launch's dropped gradients were refused while tracing (a kernel's, `guard_gradients`), so the
-        replay need not look (`_ffi._executors`); a function's kernels are seen only when they run."""
+        replay need not look (`_ffi._callable_executor`); a function's kernels are seen only when they run."""
         return self.launch is not None
 
     def __call__(self, *args: Any) -> None:

@@ -3,7 +3,7 @@
 The process-local plan registry (`jarp/warp/_ffi/_registry.py`) is the source of truth for
 `list_plans`: every Warp launch that was lowered in this process left one plan
 there, and every (plan, device) pair that ran left one executor in the FFI stage
-(`jarp/warp/_ffi/_executors.py`). Generated source and ahead-of-time builds are in `_codegen`.
+(`jarp/warp/_ffi/_executors.py` and the executors it prepares). Generated source and ahead-of-time builds are in `_codegen`.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, 
 
 
 # Under Warp's lock: a new overload changes the module Warp may be building in another thread. The executors' lock
-# first (the lock order at `_executors._lock`): the user's factory may call a jarp module.
+# first (the lock order at `_ffi._locks`): the user's factory may call a jarp module.
 @weak_cache(lock=_executors.build_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)

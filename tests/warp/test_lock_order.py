@@ -1,6 +1,6 @@
 """The order of jarp's locks: the FFI executors' lock, then Warp's lock, then Warp's code-generation lock.
 
-Unit: the FFI executors' lock (``_executors._lock``), Warp's lock (``_warp_internals.warp_lock``) and Warp's own
+Unit: the FFI executors' lock (``_locks.executors``), Warp's lock (``_warp_internals.warp_lock``) and Warp's own
 ``_codegen_lock`` as jarp takes them: a kernel's first call (``_executors.get_executor``), a callable's first run
 (``_CallableExecutor.run``, whose function may call another jarp module) and a generic callable's factory
 (``_callable._specialise``). A thread that waits for an earlier lock while it holds a later one can deadlock with
@@ -30,7 +30,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
-from jarp.warp._ffi import _executors
+from jarp.warp._ffi import _executors, _locks
 from jarp.warp._upstream import _warp_internals
 
 pytestmark = pytest.mark.launch_paths
@@ -188,7 +188,7 @@ def _exit_later(seconds: float, fd: int) -> None:
 def test_first_calls_take_the_locks_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     log: list[tuple[str, str, tuple[str, ...], bool, str]] = []
     ranks = {"executors": 0, "warp": 1, "codegen": 2}
-    monkeypatch.setattr(_executors, "_lock", _Recorder(_executors._lock, ranks["executors"], "executors", log))
+    monkeypatch.setattr(_locks, "executors", _Recorder(_locks.executors, ranks["executors"], "executors", log))
     monkeypatch.setattr(
         _warp_internals, "_WARP_LOCK", _Recorder(_warp_internals._WARP_LOCK, ranks["warp"], "warp", log)
     )
@@ -248,11 +248,11 @@ def test_the_order_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_build_lock_holds_the_executors_lock_then_warps() -> None:
     with _executors.build_lock():
-        assert _executors._lock._is_owned()
+        assert _locks.executors._is_owned()
         assert _warp_internals.warp_lock_held()
         with _executors.build_lock():  # re-entrant
             assert _warp_internals.warp_lock_held()
-    assert not _executors._lock._is_owned()
+    assert not _locks.executors._is_owned()
     assert not _warp_internals.warp_lock_held()
 
 

@@ -37,7 +37,7 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     point then accumulates nothing for them (Warp's adjoints skip an adjoint array whose data is null), so no
     cotangent JAX discards is zero-filled, written or, on a split CPU launch, copied per range; and a
     callable's replay sees differentiated what the caller differentiates (a mesh built from an input that is
-    not differentiated is no concern of the gradient check of `_ffi._executors`). Their cotangent results stay
+    not differentiated is no concern of the gradient check of `_ffi._callable_executor`). Their cotangent results stay
     in the plan, unwritten, and are not read back.
     """
     n_ops, n_res = len(plan.operands), len(plan.results)

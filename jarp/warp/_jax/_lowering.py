@@ -136,7 +136,6 @@ def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | Non
         has_side_effect=plan.has_side_effect,
         **({"extra_attributes": extra} if extra else {}),
     )
-    text = registry.content_text(plan)
     if _jax_internals.lowering_for_export(ctx):
         why = _content.not_portable(plan)
         if why is not None:
@@ -146,6 +145,9 @@ def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | Non
             )
     else:
         # In this process, the lease keeps the plan registered while the lowered or compiled stage, or the
-        # executable, lives (an exported program carries nothing process-local: its loader resolves `desc`).
+        # executable, lives (an exported program carries nothing process-local: its loader resolves `desc`). It is
+        # taken before the text is written: a lambda's text names the plan's handle, which an equal plan's release
+        # at the lease's safe point would otherwise drop between the two (the call could then never be resolved).
         ctx.module_context.add_keepalive(registry.lease(plan)[1])
+    text = registry.content_text(plan)
     return rule(ctx, *operands, abi=np.int64(_target.ABI_VERSION), desc=text)

@@ -1,0 +1,240 @@
+"""The callable executor: a Python function run on ``wp.array``s wrapping XLA's buffers, one at a time, its
+adjoint through a ``wp.Tape``; and `current_call`, the call site a function runs in."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import warp as wp
+
+from .._plan import _geometry_adjoints
+from .._plan._values import Binding, Plan
+from .._upstream import _warp_internals, _xla_ffi
+from . import _errors, _locks, _struct_bytes
+from ._executor_base import _check_load_during_capture, _Executor, _memmove, _memset
+
+
+class _CallableExecutor(_Executor):
+    """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers.
+
+    For adjoint plans the function runs under a ``wp.Tape`` with each
+    array's ``.grad`` wrapping its adjoint buffer, and the tape is then played back,
+    so the launches it recorded accumulate the input cotangents.
+    """
+
+    def __init__(self, plan: Plan, device: Any) -> None:
+        super().__init__(plan, device)
+        self.warm = False
+        # The last capture XLA made of this call (as Warp's bridge keeps it), and every module a capture of it
+        # launched: a module rebuilt later is not unloaded while a command buffer XLA still replays calls it.
+        self.capture: Any = None
+        self.captured_modules: dict[int, Any] = {}
+        # What a function keeps between calls of this plan on this device (`CallSite.store`): jarp's geometry keeps
+        # the Warp structures it built there, so they live exactly as long as a program may call the plan.
+        self.store: dict[Any, Any] = {}
+
+    def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
+        plan = self.plan
+        if binding.source == "operand":
+            buf, base = plan.operands[binding.index], ops[binding.index] + self.offsets[0][binding.index][s]
+        else:
+            buf, base = plan.results[binding.index], res[binding.index] + self.offsets[1][binding.index][s]
+        shape = buf.shape[: spec.warp_ndim]
+        if grad is None:
+            return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
+        return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
+
+    def _struct(self, param: Any, ops: list[int], res: list[int], s: int) -> Any:
+        """A Warp struct instance whose array fields wrap the call's buffers (and adjoint buffers)."""
+        layout = param.spec.struct
+        arrays = []
+        for k, (leaf, index) in enumerate(zip(layout.array_specs, param.primal.fields, strict=True)):
+            grad = None
+            if self.adjoint and param.adjoint.source == "struct":  # none: a struct JAX does not differentiate
+                grad = self._array(leaf, Binding("result", param.adjoint.fields[k]), ops, res, s)
+            arrays.append(self._array(leaf, Binding("operand", index), ops, res, s, grad))
+        return _struct_bytes.make_struct_instance(layout.struct_type, layout, arrays, param.primal.value)
+
+    def run(self, frame: int) -> None:
+        # One callable at a time in the process: the function runs with Warp's current device and the device's
+        # current stream switched to the call's (see `_locks.callables`), as Warp's bridge serialises its callables.
+        with _locks.callables:
+            if self.warm:
+                self._run(frame)
+                return
+            # The function's first run builds and loads the Warp modules of the kernels it launches
+            # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock. The executors'
+            # lock comes first (the lock order at `_locks`): a jarp module the function calls prepares its executor
+            # under `_locks.executors`, which must not be taken while Warp's lock is held without it (`get_executor`, on another
+            # thread, holds `_locks.executors` and waits for Warp's lock).
+            with _locks.executors, _warp_internals.warp_lock():
+                self._run(frame)
+            self.warm = True
+
+    def _run(self, frame: int) -> None:
+        plan = self.plan
+        ops, res = self.pointers(frame)
+        capturing = False
+        if self.device.is_cpu:
+            # The function's launches without a device= go to Warp's current device: make it the CPU, as Warp's bridge does.
+            scope: Any = wp.ScopedDevice(self.device)
+            for i, j, nbytes in self.copies:
+                if ops[i] != res[j]:
+                    _memmove(res[j], ops[i], nbytes)
+            for j, nbytes in self.zero:
+                _memset(res[j], 0, nbytes)
+        else:
+            cuda_stream = _xla_ffi.get_stream(frame)
+            capturing = _warp_internals.stream_is_capturing(cuda_stream)
+            if capturing and not self.warm:
+                _check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
+            # ScopedStream makes the stream the device's current one and the device Warp's current device.
+            scope = wp.ScopedStream(wp.Stream(self.device, cuda_stream=cuda_stream), sync_enter=False)
+            for i, j, nbytes in self.copies:
+                if ops[i] != res[j]:
+                    _warp_internals.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
+            for j, nbytes in self.zero:
+                _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
+        stream = None if self.device.is_cpu else cuda_stream
+        with scope:
+            if not capturing:
+                self._slices(ops, res, stream)
+                return
+            # XLA is recording this call into a command buffer (a CUDA graph): tell Warp, as its bridge does, so
+            # that Warp retains the modules launched during the capture, makes allocations in it graph-safe and
+            # refuses what cannot run in a capture (wp.config.verify_cuda's synchronisations).
+            with wp.ScopedCapture(external=True) as capture:
+                self._slices(ops, res, stream)
+            self.capture = capture
+            for module in _warp_internals.capture_modules(capture):
+                self.captured_modules.setdefault(id(module), module)
+
+    def _slices(self, ops: list[int], res: list[int], stream: int | None) -> None:
+        """Call the function once per batch slice on arrays wrapping the slice's buffers."""
+        plan = self.plan
+        func: Callable[..., Any] = plan.target
+        outer = current_call()  # a function may call another jarp callable (run eagerly, on this thread)
+        for s in range(self.nslices):
+            _current.site = CallSite(self.store, s, stream, self.adjoint)
+            args, in_out = [], []
+            for param in plan.params:
+                b = param.primal
+                if b.source == "static":
+                    args.append(b.value)
+                    continue
+                if b.source == "struct":
+                    args.append(self._struct(param, ops, res, s))
+                    continue
+                grad = None
+                if self.adjoint and param.adjoint.source != "none":  # none: an operand JAX does not differentiate
+                    grad = self._array(param.spec, param.adjoint, ops, res, s)
+                args.append(self._array(param.spec, b, ops, res, s, grad))
+                if param.spec.in_out:
+                    in_out.append(args[-1])
+            try:
+                self._call(func, args, in_out)
+            finally:
+                _current.site = outer
+
+    def _call(self, func: Callable[..., Any], args: list[Any], in_out: list[Any]) -> None:
+        if not self.adjoint:
+            func(*args)
+            return
+        # The taped forward run writes the in-out arrays (a copy of the caller's values: see `adjoint_plan`), and
+        # Warp's backward kernels read their arrays as they are when the tape plays back; put back the values from
+        # before the launch first, as a kernel's backward entry point sees them.
+        before = [wp.clone(a, requires_grad=False) for a in in_out]
+        tape = wp.Tape()
+        # The tape keeps the arrays its launches name, but a structure a kernel takes by id (a wp.Mesh the function
+        # builds from its input) is a local of the function, freed when it returns: playing the tape back would
+        # then read a freed id. Keep every structure the function's frames held until the tape has been played back.
+        kept = _StructuresKept()
+        previous = sys.getprofile()
+        sys.setprofile(kept)
+        try:
+            with tape:
+                func(*args)
+        finally:
+            sys.setprofile(previous)
+        if not getattr(func, "gradients_checked", False):  # a kernel given structures: refused while tracing
+            _refuse_dropped_gradients(tape, kept.objects, self.plan.name)
+        for a, value in zip(in_out, before, strict=True):
+            wp.copy(a, value)
+        tape.backward()
+        kept.objects.clear()
+
+
+def _refuse_dropped_gradients(tape: wp.Tape, structures: list[Any], plan_name: str) -> None:
+    """Raise where the function built a mesh from a differentiated input and a taped kernel drops a mesh's gradient.
+
+    A mesh built from an array with a gradient buffer (an input JAX differentiates) would get a silent zero from
+    Warp's adjoint of such a builtin (`_geometry_adjoints`). Which mesh a kernel queries is not always visible (an
+    id in a struct or an array), so any such kernel counts.
+    """
+    differentiated = {
+        f
+        for s in structures
+        for f in ("points", "velocities")
+        if getattr(getattr(s, f, None), "grad", None) is not None
+    }
+    if not differentiated:
+        return
+    for kernel, _ in _warp_internals.tape_launches(tape):
+        drops = [d for d in _geometry_adjoints.dropped(kernel) if d.field in differentiated]
+        if drops:
+            field = drops[0].field
+            builtins = ", ".join(dict.fromkeys(d.builtin for d in drops if d.field == field))
+            raise ValueError(
+                f"{plan_name}: the function built a wp.Mesh from a differentiated input, and kernel {kernel.key!r} "
+                f"reads a mesh's {field} through {builtins}, whose adjoint in Warp drops the gradient with respect "
+                "to them (it would be a silent zero); read the vertices as arrays instead (m = wp.mesh_get(id); "
+                "m.points[m.indices[3 * face + k]]), or stop the input's gradient (jax.lax.stop_gradient) if the "
+                "dependence is to be ignored."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSite:
+    """Where the function of a callable plan runs now (`current_call`).
+
+    Attributes:
+        store: a dict the function may keep state in between calls; it belongs to this (plan, device) and goes
+            with it (jarp's geometry keeps the Warp structures it built here).
+        slice: the batch slice being run (0 without a batch): under ``vmap`` each slice is its own call.
+        stream: the CUDA stream the call runs on (None on the CPU).
+        adjoint: whether this is the taped replay of a reverse-mode call.
+    """
+
+    store: dict[Any, Any]
+    slice: int
+    stream: int | None
+    adjoint: bool
+
+
+_current = threading.local()
+
+
+def current_call() -> CallSite | None:
+    """The `CallSite` of the callable plan running on this thread; None outside one."""
+    return getattr(_current, "site", None)
+
+
+class _StructuresKept:
+    """A profile function (``sys.setprofile``, this thread only) keeping the Warp structures of returning frames."""
+
+    def __init__(self) -> None:
+        self.objects: list[Any] = []
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "return":
+            return
+        for value in (*frame.f_locals.values(), arg):
+            if _warp_internals.is_structure(value):
+                self.objects.append(value)
+
+
+_errors.own_frames(__file__)
