@@ -205,7 +205,7 @@ def test_a_retraced_plan_is_resolved_without_a_rebuild(monkeypatch):
     def no_rebuild(text):
         raise AssertionError("a plan this process holds was rebuilt from its description")
 
-    monkeypatch.setattr(_content, "rebuild", no_rebuild)
+    monkeypatch.setattr(_content, "read_text", no_rebuild)
     handle, lease = _registry.registry.resolve(again["desc"])
     _registry.registry.release_states([lease])
     assert handle == first["plan"]

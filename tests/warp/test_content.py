@@ -631,3 +631,22 @@ def test_numpy_static_values_keep_their_dtype(harvested: list[Plan]) -> None:
     assert type(again.params[1].primal.value) is np.float32
     _raises(text.replace('"numpy":"float32"', '"numpy":"complex64"'), "invalid", r"\.numpy' must be one of")
     _raises(text.replace('"0x1.0000000000000p+1"', '"0x1.0000000000001p+1"'), "invalid", r"is not a float32 value")
+
+
+def test_a_local_description_reads_back_as_the_handle_it_names_and_is_checked_like_any() -> None:
+    from jarp.warp._plan._content import LocalName, local_text, read_text
+
+    text = local_text("abc123", 7, "jax_callable(f)", "a closure")
+    assert read_text(text) == LocalName("abc123", 7, "jax_callable(f)", "a closure")
+    doc = json.loads(text)
+    for edit, field in (
+        (lambda d: d["local"].update(handle=-1), "local.handle"),
+        (lambda d: d["local"].update(handle="7"), "local.handle"),
+        (lambda d: d["local"].pop("why"), "local"),
+        (lambda d: d.update(extra=1), "the local description"),
+    ):
+        bad = json.loads(json.dumps(doc))
+        edit(bad)
+        with pytest.raises(ContentError, match=field) as info:
+            read_text(json.dumps(bad))
+        assert info.value.reason == "invalid"

@@ -13,7 +13,6 @@ plan stage and nothing above it.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import threading
 import weakref
@@ -112,9 +111,7 @@ class _Registry:
         if why is None:
             text = _content.content_text(plan)
         else:
-            handle = self.handle(plan)
-            local = {"process": _LOCAL, "handle": handle, "name": plan.name, "why": why}
-            text = json.dumps({"abi": _content.ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
+            text = _content.local_text(_LOCAL, self.handle(plan), plan.name, why)
         with self._lock:
             # Remember the registered instance of an equal plan, not ``plan`` itself: each trace makes a new
             # (equal) Plan object, and ``_by_text`` holds its plans weakly, so a plan object that dies with
@@ -139,22 +136,24 @@ class _Registry:
         """
         plan = self._by_text.get(text)
         if plan is None:
-            local = _read_local(text)
-            if local is not None:
-                process, handle, why = local
-                if process != _LOCAL:
+            read = _content.read_text(text)
+            if isinstance(read, _content.LocalName):
+                if read.process != _LOCAL:
                     raise _content.ContentError(
                         "not_found",
-                        f"this call was compiled in another process and cannot be rebuilt here: {why}",
+                        f"this call was compiled in another process and cannot be rebuilt here: {read.why}",
                     )
                 try:
-                    plan = self.plan(handle)
+                    read = self.plan(read.handle)
                 except ReleasedPlanError as e:
                     raise _content.ContentError("not_found", str(e)) from None
-            else:
-                plan = _content.rebuild(text)
+            plan = read
             self._by_text[text] = plan
-        handle, lease = self.lease(plan)
+        # Not a safe point: XLA may run the instantiate stage on a thread of its own while the thread that compiles
+        # holds the executors' lock (a callable's first run compiling a nested jarp call), and releasing plans
+        # here would run the release hooks, which take that lock: the two would wait for each other.
+        handle, lease = self._acquire(plan, lease=True, release=False)
+        assert lease is not None
         with self._lock:
             lease_id = self._next_state
             self._next_state += 1
@@ -209,10 +208,11 @@ class _Registry:
         self._idle.discard(handle)
         return _Lease(self, handle)
 
-    def _acquire(self, plan: Plan, lease: bool) -> tuple[int, _Lease | None]:
-        self._poll()
+    def _acquire(self, plan: Plan, lease: bool, release: bool = True) -> tuple[int, _Lease | None]:
+        if release:
+            self._poll()
         with self._lock:
-            released = self._collect()
+            released = self._collect() if release else []
             handle = self._handles.get(plan)
             if handle is None:
                 handle = self._next
@@ -306,21 +306,6 @@ class _Registry:
     def __len__(self) -> int:
         self.release_idle()
         return len(self._plans)
-
-
-def _read_local(text: str) -> tuple[str, int, str] | None:
-    """``(process, handle, why)`` of a description only its own process resolves; None for any other text."""
-    if '"local"' not in text:
-        return None
-    try:
-        value = json.loads(text)
-        local = value["local"]
-        process, handle, why = local["process"], local["handle"], local["why"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    if not (isinstance(process, str) and isinstance(handle, int) and isinstance(why, str)):
-        return None
-    return process, handle, why
 
 
 registry = _Registry()

@@ -34,8 +34,11 @@ Example:
     ```
 """
 
+from ._decode import LocalName as LocalName
+from ._decode import read_text as read_text
 from ._decode import rebuild as rebuild
 from ._encode import content_text as content_text
+from ._encode import local_text as local_text
 from ._encode import not_portable as not_portable
 from ._fields import ABI_VERSION as ABI_VERSION
 from ._fields import MAX_TEXT as MAX_TEXT

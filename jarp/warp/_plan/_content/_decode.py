@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _launch_checks, _races
 from .._arg_spec import MAX_WARP_NDIM
@@ -39,6 +39,37 @@ from ._recheck import _check_binding, _check_plan
 from ._targets import _find_target, _target_params
 
 
+class LocalName(NamedTuple):
+    """What a local description names (`local_text`): a plan of one process, by its handle there."""
+
+    process: str  # the process's token (the registry's)
+    handle: int
+    name: str  # the plan's name, for messages
+    why: str  # why the plan has no portable description
+
+
+def read_text(text: str) -> Plan | LocalName:
+    """The plan ``text`` describes (as `rebuild`), or, for a local description, the handle it names.
+
+    The text is parsed once; a local description's fields are checked like any other description's.
+
+    Raises:
+        ContentError: as `rebuild`.
+    """
+    doc = _parse(text)
+    if "local" not in doc:
+        return _plan_of(doc)
+    _keys(doc, ("abi", "local"), "the local description")
+    local = doc["local"]
+    _keys(local, ("handle", "name", "process", "why"), "local")
+    return LocalName(
+        _str(local["process"], "local.process"),
+        _int(local["handle"], "local.handle", 0, 2**63 - 1),
+        _str(local["name"], "local.name"),
+        _str(local["why"], "local.why"),
+    )
+
+
 def rebuild(text: str) -> Plan:
     """The plan ``text`` describes, with its target found (and jarp's derived kernel rebuilt) in this process.
 
@@ -59,6 +90,11 @@ def rebuild(text: str) -> Plan:
         assert rebuild(content_text(plan)) == plan
         ```
     """
+    return _plan_of(_parse(text))
+
+
+def _parse(text: str) -> dict[str, Any]:
+    """The JSON object of a description, its ABI checked."""
     if not isinstance(text, str):
         _invalid(f"a plan description is text, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
@@ -78,7 +114,11 @@ def rebuild(text: str) -> Plan:
             f"the program's Warp call was described for jarp call ABI {abi}, and this jarp reads ABI {ABI_VERSION}; "
             "load the program with the jarp version that compiled it, or compile it again with this one.",
         )
-    _keys(doc, _PLAN_FIELDS + (("partitioned",) if isinstance(doc, dict) and "partitioned" in doc else ()), "the plan")
+    return doc
+
+
+def _plan_of(doc: dict[str, Any]) -> Plan:
+    _keys(doc, _PLAN_FIELDS + (("partitioned",) if "partitioned" in doc else ()), "the plan")
     return _Reader(doc).plan()
 
 

@@ -219,3 +219,19 @@ def _encode_value(value: Any, where: str) -> Any:
         f"parameter {where!r}: the static value {value!r} ({type(value).__name__}) cannot be described; jarp "
         "describes numbers, bools and tuples of them."
     )
+
+
+def local_text(process: str, handle: int, name: str, why: str) -> str:
+    """The description of a plan only its own process resolves (a lambda's, a closure's): it names the plan's handle.
+
+    Args:
+        process: a token of the process (the registry's), so that another process refuses the text.
+        handle: the plan's handle in that process.
+        name: the plan's name, for messages.
+        why: why the plan has no portable description (`not_portable`).
+
+    Returns:
+        Canonical JSON that `_decode.read_text` reads back as a `LocalName`.
+    """
+    local = {"handle": handle, "name": name, "process": process, "why": why}
+    return json.dumps({"abi": ABI_VERSION, "local": local}, sort_keys=True, separators=(",", ":"))
