@@ -295,6 +295,13 @@ def _spring_gradient(edges: np.ndarray, x: np.ndarray, rest: np.ndarray, k: floa
     return gx, -k * stretch
 
 
+def _backward_alone(f, x: np.ndarray) -> tuple[object, object, np.ndarray]:
+    """``f``'s backward pass jitted on its own (the forward launch run once, eagerly), its VJP and a cotangent of
+    ones: the pool counts of a call of it are the backward launch's alone."""
+    out, vjp = jax.vjp(f, x)
+    return jax.jit(lambda vjp, ct: vjp(ct)), vjp, np.ones(np.shape(out), np.float32)
+
+
 def _adjoint_plan(kernel: wp.Kernel) -> object:
     return next(p for p in registry.plans() if p.target is kernel and p.adjoint)
 
@@ -359,9 +366,7 @@ def test_a_race_free_forward_with_a_neighbours_adjoint_is_exact_when_split() -> 
     x = np.random.default_rng(13).standard_normal(n).astype(np.float32)
     kernel = jw.jax_kernel(kp.own_and_neighbour, enable_backward=True)
     # the backward launch alone (its forward is timed before it may split; this one needs no timing)
-    _, vjp = jax.vjp(lambda x: kernel(x)[0], x)
-    backward = jax.jit(lambda vjp, ct: vjp(ct))
-    ct = np.ones(n, np.float32)
+    backward, vjp, ct = _backward_alone(lambda x: kernel(x)[0], x)
     one, _, _ = _run(backward, vjp, ct, threads=1)
     many, pooled, _ = _run(backward, vjp, ct, threads=0)
     assert pooled == (1 if NATIVE else 0)
@@ -391,9 +396,7 @@ def test_an_adjoint_through_own_index_stores_and_an_in_out_accumulator_splits_co
             ((1, "add"),),
         ),
     ):
-        _, vjp = jax.vjp(f, x)
-        backward = jax.jit(lambda vjp, ct: vjp(ct))
-        ct = np.ones(np.shape(f(x)), np.float32)
+        backward, vjp, ct = _backward_alone(f, x)
         _run(backward, vjp, ct, threads=1)  # the first call runs on the Python path
         got, pooled, _ = _run(backward, vjp, ct, threads=0)
         assert pooled == (1 if NATIVE else 0), kernel.key
@@ -405,9 +408,7 @@ def test_a_function_with_a_user_written_adjoint_keeps_the_backward_launch_whole(
     n = 3 * _threads.MIN_TASKS
     x = np.random.default_rng(15).standard_normal(n).astype(np.float32)
     f = jw.jax_kernel(kp.custom_gradient, enable_backward=True)
-    _, vjp = jax.vjp(lambda x: f(x)[0], x)
-    backward = jax.jit(lambda vjp, ct: vjp(ct))
-    ct = np.ones(n, np.float32)
+    backward, vjp, ct = _backward_alone(lambda x: f(x)[0], x)
     _run(backward, vjp, ct, threads=0)
     got, pooled, _ = _run(backward, vjp, ct, threads=0)
     assert pooled == 0

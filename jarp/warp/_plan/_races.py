@@ -73,6 +73,7 @@ def adjoint_split_proofs(
     block_dim: int | None,
     bounds_checked: bool,
     launch_dims: tuple[int, ...],
+    forward: SplitProofs | None = None,
 ) -> tuple[bool, tuple[tuple[int, str], ...]]:
     """Whether the backward launch of an adjoint plan with these fields may be split into index ranges, and how.
 
@@ -92,22 +93,27 @@ def adjoint_split_proofs(
     queries (their adjoints write the structure's gradients), and a differentiated struct parameter (the adjoints
     of its array fields are not copied).
 
+    ``forward`` is `split_proofs` of the same fields where the caller has it already (computed here otherwise).
+
     Returns:
         ``(race_free, private)`` for the adjoint plan: ``(False, ())`` where the launch stays whole, else whether it
         needs no copy at all, and ``Plan.private``: the adjoint results accumulated into, each with ``"add"``.
     """
-    forward = split_proofs(runs, target, tuple(p.spec for p in params), block_dim, bounds_checked, launch_dims)
+    specs = tuple(p.spec for p in params)
+    if forward is None:
+        forward = split_proofs(runs, target, specs, block_dim, bounds_checked, launch_dims)
     if not (forward.race_free or forward.private):
         return False, ()
-    record = _warp_internals.codegen_record(target, block_dim)
+    # (a split launch runs one thread per block: the record of the CPU build, the one `_writes` keeps)
+    record = _writes.codegen_record(target)
     if record.access is None or record.custom_adjoints:
         return False, ()
     if any(_GEOMETRY_ADJOINTS.search(line) for _, lines, _ in record.forward_code for line in lines):
         return False, ()
-    # Warp's record marks the arrays it stores into reliably, but not every read (a vector element read through
-    # its address is not marked): an array not written is taken as read
-    written = set(_kernel_arrays(target, tuple(p.spec for p in params)).written)
-    written.update(name for name, access in record.access.items() if access.written)
+    # The arrays written, by Warp's record and jarp's resolver (`_writes`). Warp's record marks the arrays it stores
+    # into reliably, but not every read (a vector element read through its address is not marked): an array not
+    # written is taken as read.
+    written = set(_kernel_arrays(target, specs).written)
     private: list[tuple[int, str]] = []
     for p in params:
         spec = p.spec

@@ -109,6 +109,12 @@ def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
     return _codegen_at(kernel, _version(kernel))
 
 
+def codegen_record(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
+    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), generated once per
+    version of the constants it reads."""
+    return _codegen(kernel)
+
+
 def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
     """The C++ forward code Warp generates for ``kernel`` and each ``@wp.func`` it calls (`CodegenRecord`)."""
     return _codegen(kernel).forward_code

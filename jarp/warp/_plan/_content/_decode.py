@@ -189,7 +189,7 @@ class _Reader:
         shares = _races.plan_shares_cpu_state(runs, target, block_dim, plan.bounds_checked, forward.race_free)
         if adjoint:
             race_free, private = _races.adjoint_split_proofs(
-                runs, target, params, results, block_dim, plan.bounds_checked, plan.launch_dims
+                runs, target, params, results, block_dim, plan.bounds_checked, plan.launch_dims, forward
             )
         else:
             race_free, private = forward.race_free, _races.private_results(params, forward.private)
