@@ -52,7 +52,7 @@ def chain(k, n_launch):
 def floor_kernel():
     """A kernel-like callable over the floor handler (output aliased to its input), or None without it."""
     try:
-        native = _native.handler() or _native._build()  # on the Python path, build it just for the floor
+        native = _native.handler() or _native.build()  # on the Python path, build it just for the floor
     except Exception:  # no compiler here: no floor
         return None
     jax.ffi.register_ffi_target(FLOOR_TARGET, jax.ffi.pycapsule(native.floor_address), platform="cpu")

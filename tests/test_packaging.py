@@ -23,7 +23,7 @@ def test_the_wheel_ships_py_typed_and_the_native_sources(tmp_path: Path) -> None
     (wheel,) = tmp_path.glob("jarp-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "jarp/py.typed" in names
-    assert {"jarp/warp/_ffi/_native_handler.cpp", "jarp/warp/_ffi/_guard.cpp"} <= names
+    assert {"jarp/warp/_ffi/_native/_handler.cpp", "jarp/warp/_ffi/_native/_guard.cpp"} <= names
     assert (
         "Classifier: Typing :: Typed"
         in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

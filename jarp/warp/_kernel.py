@@ -28,11 +28,10 @@ from ._plan import (
     _geometry_adjoints,
     _geometry_variants,
     _launch_checks,
-    _names,
     _preload,
     _runtime_scalars,
-    _writes,
 )
+from ._plan._analysis import _names, _writes
 from ._plan._binding import BoundCall, bind_arguments, warp_dtypes
 from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature

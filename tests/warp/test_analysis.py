@@ -17,8 +17,8 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import PlanInfo, list_plans
 from jarp.warp._plan import _analysis
 from jarp.warp._plan._analysis import overwritten_outputs
+from jarp.warp._plan._analysis._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._content import content_text, rebuild
-from jarp.warp._plan._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels as k

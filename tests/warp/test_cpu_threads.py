@@ -1,4 +1,4 @@
-"""CPU threads (`jarp/warp/_ffi/_threads.py` and the pool work of `_native_handler.cpp`).
+"""CPU threads (`jarp/warp/_ffi/_threads.py` and the pool work of `jarp/warp/_ffi/_native/_handler.cpp`).
 
 The native handler runs the batch slices of a CPU call, and index ranges of one launch of a provably race-free
 kernel, on XLA's intra-op thread pool. Whatever the thread cap, the results must be bit-identical to one thread's;
@@ -398,7 +398,7 @@ def test_the_cap_reaches_a_fresh_process_handler() -> None:
 def test_a_ranged_entry_that_fails_to_build_leaves_the_launch_whole(
     monkeypatch: pytest.MonkeyPatch, restore_threads: None
 ) -> None:
-    from jarp.warp._ffi import _ranged
+    from jarp.warp._ffi._native import _ranged
 
     def fail(*args: object) -> int:
         raise RuntimeError("Warp's bundled Clang failed to compile (a test)")

@@ -1,4 +1,4 @@
-"""Tests of `jarp.warp._ffi._fp_env.default_fp_env`: host code on XLA's CPU threads packs subnormals as they are."""
+"""Tests of `jarp.warp._ffi._native._fp_env.default_fp_env`: host code on XLA's CPU threads packs subnormals as they are."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import warp as wp
 
 from jarp.warp import jax_callable
-from jarp.warp._ffi._fp_env import default_fp_env
+from jarp.warp._ffi._native._fp_env import default_fp_env
 
 _SEEN: list[tuple[float, float, float]] = []
 

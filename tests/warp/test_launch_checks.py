@@ -1,7 +1,7 @@
 """Launches longer than an array the kernel indexes at every thread's own index are refused before they run;
 inferred launches shorter than one warn.
 
-Unit: `jarp/warp/_plan/_analysis.py` (`tid_indexed`: which arrays, and struct array fields, a kernel indexes with
+Unit: `jarp/warp/_plan/_analysis/_tid_access.py` (`tid_indexed`: which arrays, and struct array fields, a kernel indexes with
 ``wp.tid()`` on every thread) and `jarp/warp/_plan/_launch_checks.py` (`check_tid_indexed`,
 `warn_short_inferred_launch`). Without the check such a launch reads and writes past the array: a wrong energy, or a
 crash. The end-to-end cases run in a subprocess, so a regression fails the test instead of taking the run down.

@@ -1,4 +1,4 @@
-"""Names resolved as Warp resolves them, and the branches Warp folds (`jarp.warp._plan._names`)."""
+"""Names resolved as Warp resolves them, and the branches Warp folds (`jarp.warp._plan._analysis._names`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_kernel, list_plans
-from jarp.warp._plan import _names
+from jarp.warp._plan._analysis import _names
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels_writes as kw
 from tests.warp.support import kernels_writes_helpers as helpers

@@ -1,4 +1,4 @@
-"""The native launch path (`jarp/warp/_native.py`, `_native_handler.cpp`).
+"""The native launch path (`jarp/warp/_ffi/_native/`, its C++ handler `_handler.cpp`).
 
 Kernel plans run through a C++ XLA FFI handler once Python has prepared and published their launch
 descriptor (at a plan's first call on a device); callables, and any frame the handler does not recognise,
@@ -23,6 +23,7 @@ import pytest
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _native, _target
+from jarp.warp._ffi._native import _handler
 
 from .support import kernels as k
 from .support import kernels_struct as ks
@@ -139,9 +140,9 @@ def test_the_compiled_layout_is_checked_against_pythons_view(monkeypatch: pytest
     handler = _native.active()
     assert handler is not None
     handler._check_layout()  # the handler compiled from jaxlib's header agrees with _xla_ffi and _native
-    wrong = _native._expected_layout()
+    wrong = _native.expected_layout()
     wrong["XLA_FFI_Buffer.data"] += 8
-    monkeypatch.setattr(_native, "_expected_layout", lambda: wrong)
+    monkeypatch.setattr(_handler, "expected_layout", lambda: wrong)
     with pytest.raises(RuntimeError, match=r"XLA_FFI_Buffer\.data: compiled 24, Python 32"):
         handler._check_layout()
 
@@ -191,9 +192,9 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
 
         class BrokenSource(importlib.abc.MetaPathFinder):
             # jarp.warp registers its targets (building the handler) on import: point the handler's source at
-            # the broken file as soon as _native is executed, before jarp.warp's __init__ builds it
+            # the broken file as soon as _native._build is executed, before jarp.warp's __init__ builds it
             def find_spec(self, fullname, path, target=None):
-                if fullname != "jarp.warp._ffi._native":
+                if fullname != "jarp.warp._ffi._native._build":
                     return None
                 spec = importlib.machinery.PathFinder.find_spec(fullname, path)
                 execute = spec.loader.exec_module

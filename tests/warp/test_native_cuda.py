@@ -1,4 +1,4 @@
-"""The CUDA branch of the native handler (``jarp_handler_cuda`` in ``_native_handler.cpp``), without a GPU.
+"""The CUDA branch of the native handler (``jarp_handler_cuda`` in ``jarp/warp/_ffi/_native/_handler.cpp``), without a GPU.
 
 XLA never calls the CUDA handler on a machine without a GPU, so these tests call the compiled symbols
 directly: with a call frame built by hand from `_xla_ffi`'s ctypes declarations, a fake ``XLA_FFI_Api``
@@ -268,7 +268,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env() -> Env:
-    handler = _native._build(name=f"jarp_native_test_cuda_{id(Env)}")
+    handler = _native.build(name=f"jarp_native_test_cuda_{id(Env)}")
     return Env(handler)
 
 

@@ -22,7 +22,7 @@ import warp as wp
 import jarp.warp as jw
 from jarp.warp._ffi import _native, _threads
 from jarp.warp._ffi._registry import registry
-from jarp.warp._plan import _races
+from jarp.warp._plan._analysis import _races
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
 

@@ -1,4 +1,4 @@
-"""jarp's ranged CPU entry points (`jarp.warp._ffi._ranged`).
+"""jarp's ranged CPU entry points (`jarp.warp._ffi._native._ranged`).
 
 A ranged entry point runs the task indices ``[begin, end)`` of a CPU launch with the code Warp's own entry point runs
 for each of them, so a launch split into ranges, run in any order, writes bit-identical results. The entry points
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp._ffi import _ranged as rg
+from jarp.warp._ffi._native import _ranged as rg
 from jarp.warp._upstream import _warp_internals as wi
 
 from .support import kernels_ranged as kr
@@ -282,7 +282,7 @@ def test_a_fresh_process_loads_the_companion_from_disk() -> None:
         import ctypes
         import numpy as np
         import warp as wp
-        from jarp.warp._ffi import _ranged as rg
+        from jarp.warp._ffi._native import _ranged as rg
         from jarp.warp._upstream import _warp_internals as wi
         from tests.warp.support import kernels_ranged as kr
 

@@ -1,4 +1,4 @@
-"""The write check (`jarp.warp._plan._writes`): a kernel's writes as Warp compiles them.
+"""The write check (`jarp.warp._plan._analysis._writes`): a kernel's writes as Warp compiles them.
 
 Every spelling Warp compiles into a store or atomic on an input is refused at construction naming the parameter
 (or struct field), or honoured when declared in-out, and the caller's array never changes; a store Warp never
@@ -20,7 +20,7 @@ import warp as wp
 
 import tests.warp.support as support
 from jarp.warp import jax_callable, jax_kernel
-from jarp.warp._plan import _names, _writes
+from jarp.warp._plan._analysis import _names, _writes
 from jarp.warp._upstream import _warp_internals
 from tests.warp.support import kernels_write_escapes as ke
 from tests.warp.support import kernels_write_spellings as ks

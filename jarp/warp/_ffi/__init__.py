@@ -7,13 +7,13 @@
 - `_arg_blocks`: a kernel launch's argument blocks and CUDA parameter list, from the plan alone.
 - `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
 - `_registry`: the live plans by handle, and the leases executables hold on them.
-- `_native` and `_native_handler.cpp`: the native path (a C++ handler that launches with no Python).
+- `_native`: the native path (a C++ handler that launches with no Python): the handler, its C++ source, the
+  descriptor it reads, the object builds and their cache, jarp's ranged CPU entry points (`_native._ranged`), the
+  guard of bounds-checked CPU launches (`_native._guard`) and the C floating-point environment (`_native._fp_env`).
 - `_threads`: how many CPU threads a call may use (``JARP_CPU_THREADS``, `set_cpu_threads`), and the thresholds.
-- `_ranged`: jarp's ranged CPU entry points (a launch split into index ranges), compiled beside Warp's module.
 - `_trampoline`: the one ctypes-callback-to-FFI-target helper, shared with `_user_callback`.
 - `_user_callback`: `register_ffi_callback`, user functions as FFI targets.
-- `_guard` and `_guard.cpp`: the guard bounds-checked CPU launches run under (a failed check becomes an error).
-- `_errors`: exceptions as XLA FFI errors, and recovering them at the call site; `_fp_env`: the FP environment.
+- `_errors`: exceptions as XLA FFI errors, and recovering them at the call site.
 
 Receives: call frames from XLA and plans by handle. Hands on: launches of Warp's compiled code. Never
 imports: the JAX stage or the public modules (it reads plan values from the plan stage).

@@ -29,9 +29,9 @@ from ._callable_executor import CallSite as CallSite
 from ._callable_executor import _CallableExecutor
 from ._callable_executor import current_call as current_call
 from ._executor_base import _check_load_during_capture, _Executor
-from ._fp_env import default_fp_env
 from ._frame import CallError, FrameBuffers
 from ._kernel_executors import _CpuKernelExecutor, _CudaKernelExecutor, _KernelExecutor
+from ._native._fp_env import default_fp_env
 from ._registry import ReleasedPlanError, registry
 
 executors: dict[tuple[int, int], _Executor | _PartitionedExecutor] = {}

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from .._plan import _launch_checks, _races
+from .._plan import _launch_checks
+from .._plan._analysis import _races
 from .._plan._values import Plan
 from .._upstream import _warp_internals, _xla_ffi
-from . import _arg_blocks, _errors, _guard, _native, _ranged, _threads
+from . import _arg_blocks, _errors, _native, _threads
 from ._executor_base import _ENTRY_BACKWARD, _ENTRY_FORWARD, _Executor, _memmove, _memset
+from ._native import _guard, _ranged
 
 
 class _KernelExecutor(_Executor):

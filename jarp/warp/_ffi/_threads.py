@@ -2,7 +2,7 @@
 
 The native handler runs the batch slices of a CPU call (and the index ranges of a provably race-free launch)
 concurrently on XLA's intra-op thread pool, the pool XLA's own CPU operations use. This module holds the cap
-and the size thresholds and hands them to the loaded handler; the work itself is in ``_native_handler.cpp``.
+and the size thresholds and hands them to the loaded handler; the work itself is in ``_native/_handler.cpp``.
 The Python launch path (``JARP_LAUNCH=python``) always runs on the calling thread.
 """
 

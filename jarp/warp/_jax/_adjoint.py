@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import warp as wp
 from jax.custom_derivatives import SymbolicZero
 
-from .._plan import _dtypes, _races
+from .._plan import _dtypes
+from .._plan._analysis import _races
 from .._plan._values import Binding, Buffer, Param, Plan, Runs
 from .._upstream import _jax_internals
 from ._primitive import CallConfig, bind, forward_mode_error

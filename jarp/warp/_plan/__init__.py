@@ -9,15 +9,13 @@ The flow, one file a step:
    targets; `_arg_checks` holds the checks of one value against its spec.
 3. `_dims`: launch dims and output shapes; `_launch_checks`: what ``wp.launch`` would refuse, and launches
    longer than an array the kernel indexes with ``wp.tid()``.
-4. What a kernel does, judged by the code Warp compiles: `_names` (names resolved as Warp resolves them, the
-   branches it folds, the compiled source), `_writes` (which inputs and struct fields it writes: Warp's own
-   read/write record completed by the resolver), `_analysis` (which outputs it overwrites, which arrays it indexes
-   with its thread index; whether its threads touch only their own elements, or only accumulate into shared ones),
-   `_races` (those proofs followed into the ``@wp.func`` bodies it calls: whether a CPU launch may be split across
-   threads, with private copies of what it accumulates; its estimated work), `_runtime_scalars` (the kernel
-   variants that read runtime values, and the bounds-checked build), `_geometry_adjoints` (which reads of a Warp
-   structure lose their gradient in Warp's adjoint), `_geometry_variants` (the variant reading mesh vertices as
-   arrays), `_static_keys`, `_preload`.
+4. What a kernel does, judged by the code Warp compiles: the `_analysis` package (names resolved as Warp resolves
+   them and the branches it folds; which inputs and struct fields it writes; which outputs it overwrites; which
+   arrays it indexes with its thread index; whether a CPU launch may be split across threads, with private copies
+   of what it accumulates, and its estimated work), `_runtime_scalars` (the kernel variants that read runtime
+   values, and the bounds-checked build), `_geometry_adjoints` (which reads of a Warp structure lose their gradient
+   in Warp's adjoint), `_geometry_variants` (the variant reading mesh vertices as arrays), `_static_keys`,
+   `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
 6. `_content`: a plan's content text (canonical, nothing process-local) for compiled programs
    that outlive the process, and the plan rebuilt from it in another process (checked as untrusted input).

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from . import _analysis, _dims, _launch_checks, _names, _races
+from . import _analysis, _dims, _launch_checks
+from ._analysis import _names, _races
 from ._binding import BoundCall
 from ._signature import Signature
 from ._values import Binding, Buffer, Param, Plan, Runs

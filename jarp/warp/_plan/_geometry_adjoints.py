@@ -18,7 +18,7 @@ from typing import NamedTuple
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _writes
+from ._analysis import _writes
 
 # Builtins whose value depends smoothly on a structure's arrays but whose adjoint drops that dependence, by the
 # structure field they read; the queries are handled by the fields read from their result (`_QUERY_SMOOTH`).

@@ -16,7 +16,7 @@ import textwrap
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _names
+from ._analysis import _names
 from ._runtime_scalars import rebuild
 from ._weakcache import weak_cache
 

@@ -192,7 +192,7 @@ def _collect(struct_type: Any, path: tuple[str, ...], base: int, leaves: list[St
             _collect(warp_type, fpath, offset, leaves)
         elif wp.types.is_array(warp_type):
             leaves.append(StructLeaf(fpath, offset, warp_type, _array_spec(name, warp_type)))
-        elif _is_value_type(warp_type):
+        elif is_value_type(warp_type):
             leaves.append(StructLeaf(fpath, offset, warp_type, None))
         else:
             raise TypeError(
@@ -217,7 +217,14 @@ def _array_spec(name: str, warp_type: Any) -> ArgSpec:
     return arg_spec(name, warp_type, what="struct")
 
 
-def _is_value_type(warp_type: Any) -> bool:
+def passed_by_value(warp_type: Any) -> bool:
+    """A parameter type passed by value, holding no array: Python's ``int``, ``float``, ``bool`` or a Warp value type
+    (`is_value_type`)."""
+    return warp_type in (int, float, bool) or is_value_type(warp_type)
+
+
+def is_value_type(warp_type: Any) -> bool:
+    """A Warp scalar, vector, matrix, quaternion or transform type (a struct field of one is a value leaf)."""
     if warp_type is wp.bool:
         return True
     return is_warp_scalar(warp_type) or (

@@ -114,7 +114,7 @@ class Plan:
             CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
             (and a new executor) instead of reusing one loaded under the old setting.
         bounds_checked: the kernel is built in Warp's debug mode (every index checked); its CPU launches
-            run under jarp's guard (`jarp.warp._ffi._guard`), which turns a failed check into an error.
+            run under jarp's guard (`jarp.warp._ffi._native._guard`), which turns a failed check into an error.
         partitioned: lowered for XLA's batch partitioner (`jarp.warp._jax._lowering`): every operand carries
             all of ``batch_shape`` or none of it, and the call's buffers have the shapes `call_operand_shape`
             and `call_result_shape`, whose leading batch dims each device's call sees as its local part of

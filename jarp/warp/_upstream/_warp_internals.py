@@ -304,7 +304,7 @@ class EntryPoints:
         self.device = device
         self.hooks = hooks
         self.block_dim = block_dim
-        # The resolved module options this build was compiled with (`_ffi._ranged.ranged_cpu_entry` compiles its companion
+        # The resolved module options this build was compiled with (`_ffi._native._ranged.ranged_cpu_entry` compiles its companion
         # with them); None where unknown.
         self.build_options = build_options
         self.forward = _address(hooks.forward)
@@ -654,7 +654,7 @@ def load_cpu_object(object_path: str, name: str) -> Callable[[str], int]:
 
 # -- a loaded CPU build's source and options, and CPU objects built as Warp builds them --
 #
-# jarp's ranged entry points (`jarp.warp._ffi._ranged`) are compiled from the exact source of a loaded module build,
+# jarp's ranged entry points (`jarp.warp._ffi._native._ranged`) are compiled from the exact source of a loaded module build,
 # with the build's own options; these are the pieces of Warp that takes.
 
 # The kwargs (besides the two paths) Warp's ``Module._compile`` passes ``build_cpu``; jarp passes the same.
@@ -889,7 +889,7 @@ def check_internals() -> None:
     assert isinstance(wp.Graph(wp.get_device("cpu")).module_execs, set), "Graph.module_execs changed (capture_modules)"
     for attr in ("wp_cuda_launch_kernel", "wp_memset_device", "wp_take_cpu_block_error", "wp_cuda_stream_is_capturing"):
         assert hasattr(runtime_core(), attr), f"warp native library lost {attr}"
-    # jarp's native handler calls these two with exactly these parameters (see _native_handler.cpp)
+    # jarp's native handler calls these two with exactly these parameters (see _ffi/_native/_handler.cpp)
     assert len(runtime_core().wp_cuda_launch_kernel.argtypes) == 11, "wp_cuda_launch_kernel's parameters changed"
     assert len(runtime_core().wp_memset_device.argtypes) == 5, "wp_memset_device's parameters changed"
     error_string = runtime_core().wp_get_error_string
@@ -944,7 +944,7 @@ def array_access(kernel: wp.Kernel, block_dim: int | None = None) -> dict[str, A
     ``verify_autograd_array_access``; jarp builds the kernel's code once with it switched on (no compilation).
 
     It does not see stores through a struct's array field (``s.arr[i] = x``), tile stores (``wp.tile_store``)
-    or volumes: the caller completes it (`jarp.warp._plan._writes`).
+    or volumes: the caller completes it (`jarp.warp._plan._analysis._writes`).
 
     Args:
         kernel: a concrete kernel (a generic kernel's overload, not the generic kernel itself).

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import warp as wp  # noqa: E402
 
 import jarp.warp as jw  # noqa: E402
-from jarp.warp._plan import _writes  # noqa: E402
+from jarp.warp._plan._analysis import _writes  # noqa: E402
 from jarp.warp._upstream import _warp_internals  # noqa: E402
 
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines

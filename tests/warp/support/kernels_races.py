@@ -1,4 +1,4 @@
-"""Kernels and ``@wp.func`` helpers for the race-freedom proof (`jarp/warp/_plan/_races.py`; not collected by pytest).
+"""Kernels and ``@wp.func`` helpers for the race-freedom proof (`jarp/warp/_plan/_analysis/_races.py`; not collected by pytest).
 
 Each kernel is written so that exactly one construct decides whether its threads may run concurrently. None of them
 is launched by the tests that use this module (plans are only built and lowered), so its Warp module is never built.

@@ -1,4 +1,4 @@
-"""Kernels for the write check (`jarp.warp._plan._writes`): every spelling Warp compiles into a store or atomic on
+"""Kernels for the write check (`jarp.warp._plan._analysis._writes`): every spelling Warp compiles into a store or atomic on
 an input, and kernel factories whose writing branches Warp folds away.
 
 Each ``*_writes_x`` kernel takes ``x`` (an input unless declared in-out) and ``y`` (an output); called with

@@ -8,7 +8,8 @@ import json
 import math
 from typing import Any, NamedTuple
 
-from .. import _launch_checks, _races
+from .. import _launch_checks
+from .._analysis import _races
 from .._arg_spec import MAX_WARP_NDIM
 from .._signature import param_spec
 from .._values import Buffer, Param, Plan, Runs

@@ -10,7 +10,8 @@ import numpy as np
 import warp as wp
 
 from ..._upstream import _warp_internals
-from .. import _analysis, _dtypes, _launch_checks, _names, _races
+from .. import _analysis, _dtypes, _launch_checks
+from .._analysis import _names, _races
 from .._arg_spec import ArgSpec
 from .._values import Binding, Buffer, Plan, Runs
 from ._fields import _invalid, _show

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
-from ._analysis import attribute_path
+from ..._upstream import _warp_internals
+from ._syntax import attribute_path
 
 MISSING = object()
 """A name Python cannot resolve (Warp may still: ``wp.tid`` is a builtin, not a module attribute)."""

@@ -1,4 +1,4 @@
-// jarp's launch guard for bounds-checked kernels (built at first use by jarp/warp/_ffi/_guard.py with the Clang
+// jarp's launch guard for bounds-checked kernels (built at first use by jarp/warp/_ffi/_native/_guard.py with the Clang
 // in the warp-lang wheel, like the native handler; no C library headers are needed).
 //
 // A kernel built in Warp's debug mode checks every array index; on the CPU a failed check calls Warp's

@@ -2,7 +2,7 @@
 
 Warp's CPU entry point ``{name}_cpu_forward(dim, args)`` (and ``{name}_cpu_backward(dim, args, adj_args)``) runs
 every task index of a launch, one after another. jarp splits a launch of a kernel the race proofs allow to split
-(`jarp.warp._plan._races`) into index ranges that run on several threads, so it needs an entry point that runs a
+(`jarp.warp._plan._analysis._races`) into index ranges that run on several threads, so it needs an entry point that runs a
 range. The per-task function it must call, ``{name}_cpu_kernel_forward<bool>`` (``_backward``), is ``static`` in
 Warp's translation unit; jarp therefore compiles a companion object: the exact source Warp compiled for the module
 build (`_warp_internals.loaded_build`), with one ranged entry point per kernel appended, built with the build's own
@@ -27,7 +27,7 @@ from typing import Any
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from ..._upstream import _warp_internals
 
 # Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
 RANGED_TEMPLATE_VERSION = 3

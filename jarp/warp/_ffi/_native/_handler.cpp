@@ -1,9 +1,9 @@
 // jarp's native XLA FFI handler: launch a prepared Warp kernel plan without Python.
 //
-// Built at first use by jarp/warp/_ffi/_native.py with the Clang that ships in the warp-lang wheel
+// Built at first use by jarp/warp/_ffi/_native/_build.py with the Clang that ships in the warp-lang wheel
 // (the compiler Warp builds every CPU kernel with), against jaxlib's own XLA FFI header, so the
 // call frame is read through the header's declarations, not through offsets written by hand.
-// Only freestanding headers are needed; _native.py provides <stddef.h> and <stdint.h>.
+// Only freestanding headers are needed; _build.py provides <stddef.h> and <stdint.h>.
 //
 // Each jarp call names its launch by content (a description attribute), never by a process-local handle,
 // so a compiled program means the same in any process. XLA runs the instantiate stage once per loaded
@@ -34,7 +34,7 @@ extern "C" XLA_FFI_TypeId jarp_state_type;
 
 namespace {
 
-// ---- the launch descriptor (mirrored by _native.Descriptor; offsets checked at load) ----
+// ---- the launch descriptor (mirrored by _abi.Descriptor; offsets checked at load) ----
 
 struct BufferSpec {  // what a call's buffer must be
   int64_t dtype;     // XLA_FFI_DataType
@@ -1023,7 +1023,7 @@ int jarp_publish(int64_t handle, int64_t slot, Descriptor* descriptor) {
   return 1;
 }
 
-// The layout this module was compiled with, for _native.py to check its ctypes mirrors against:
+// The layout this module was compiled with, for _native/_handler.py to check its ctypes mirrors against:
 // the table's geometry, then the descriptor's field offsets and sizes, then the XLA FFI frame offsets
 // that jarp's Python path (jarp/warp/_upstream/_xla_ffi.py) reads by hand, as jaxlib's header has them.
 extern const int64_t jarp_layout[] = {

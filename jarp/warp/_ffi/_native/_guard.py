@@ -19,8 +19,8 @@ import threading
 
 import warp as wp
 
-from .._upstream import _warp_internals
-from . import _native
+from ..._upstream import _warp_internals
+from ._build import cached_object
 
 _SOURCE = importlib.resources.files(__package__).joinpath("_guard.cpp")
 _GUARD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -38,7 +38,7 @@ def _guard() -> ctypes._CFuncPtr:
     if fn is None:
         source = _SOURCE.read_text()
         digest = hashlib.sha256(f"{source}|{wp.config.version}|{platform.machine()}".encode()).hexdigest()[:16]
-        obj = _native.cached_object("jarp_guard", digest, source, str(_SOURCE), {}, [])
+        obj = cached_object("jarp_guard", digest, source, str(_SOURCE), {}, [])
         lookup = _warp_internals.load_cpu_object(str(obj), f"jarp_guard_{digest}")
         fn = _state["guard"] = _GUARD(lookup("jarp_guarded_call"))
     return fn  # type: ignore[return-value]

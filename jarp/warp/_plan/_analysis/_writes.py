@@ -21,11 +21,11 @@ from typing import Any
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from ..._upstream import _warp_internals
+from .._struct_layout import passed_by_value
+from .._weakcache import weak_cache
 from . import _names
-from ._analysis import _store_targets, attribute_path, binding_pairs, stored_array
-from ._struct_layout import _is_value_type
-from ._weakcache import weak_cache
+from ._syntax import attribute_path, binding_pairs, store_targets, stored_array
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 # Builtins that write into their first argument (an array), besides every ``atomic_*``.
@@ -223,7 +223,7 @@ class _Walk:
         for node in self.nodes:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in _store_targets(list(targets)):
+                for target in store_targets(list(targets)):
                     base = stored_array(target)
                     if base is not None:
                         self.written |= self.refs(base)
@@ -266,7 +266,7 @@ class _Walk:
             _, obj = _names.callee(self.func, expr, self.locals)
             found = set()
             for param, arg in _bound_args(obj, expr):
-                if param is None or not _is_value(param):
+                if param is None or not passed_by_value(param):
                     found |= self.refs(arg)
             return found
         if isinstance(expr, ast.IfExp):
@@ -339,7 +339,7 @@ class _Walk:
                 bound = [(params[i] if i < len(params) else None, found) for i, found in handed]
                 bound += [(k if k in typed else None, found) for k, found in named]
                 for param, found in bound:
-                    if not found or (param is not None and _is_value(typed[param])):
+                    if not found or (param is not None and passed_by_value(typed[param])):
                         continue  # a value parameter gets a copy: nothing it does reaches the caller
                     if param is None:
                         self.written |= found  # *args, **kwargs: not followed
@@ -366,11 +366,6 @@ class _Walk:
             if _names.exact_flag(value):
                 consts[param] = value
         return consts
-
-
-def _is_value(warp_type: Any) -> bool:
-    """A scalar, vector, matrix, quaternion or transform type: passed by value, holding no array."""
-    return warp_type in (int, float, bool) or _is_value_type(warp_type)
 
 
 def _bound_args(obj: Any, call: ast.Call) -> list[tuple[Any, ast.expr]]:

@@ -1,11 +1,11 @@
 """Race freedom of a kernel: whether its CPU launch may be split into index ranges run concurrently.
 
 A Warp CPU launch runs its threads one after another. Split into index ranges on several cores, it computes the
-same result only when no two threads touch the same memory with one of them writing. `_analysis.race_free_blocker`
+same result only when no two threads touch the same memory with one of them writing. `_ownership.race_free_blocker`
 proves that of one function's source (every write at the thread's own index, no atomics, tiles or printing); this
 module follows the functions the kernel calls, resolving each name as Warp does (`_names`: closure, globals, the
 ``warp`` module, Python's builtins), into every ``@wp.func`` body, which must write no array at all. A builtin is checked by
-its name (`_analysis.racy_call`); anything that cannot be resolved or read refuses.
+its name (`_builtins.racy_call`); anything that cannot be resolved or read refuses.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
-from . import _analysis, _names, _writes
-from ._arg_spec import ArgSpec
-from ._struct_layout import _is_value_type
-from ._values import Buffer, Param, Runs
+from ..._upstream import _warp_internals
+from .._arg_spec import ArgSpec
+from .._struct_layout import passed_by_value
+from .._values import Buffer, Param, Runs
+from . import _builtins, _names, _ownership, _writes
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 
@@ -172,14 +172,14 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
         return "a function named tid that is not Warp's wp.tid"
     # an array Warp sees written but the proof does not is checked for uses off the thread index
     k = _kernel_arrays(kernel, params)
-    reason, calls = _analysis.race_free_blocker(
+    reason, calls = _ownership.race_free_blocker(
         _warp_internals.kernel_source(kernel), k.arrays, k.structs, launch_ndim=launch_ndim, written=k.written
     )
     return reason or _calls_blocker(kernel.func, calls, 0)
 
 
 # The element scalars a combination of per-range copies supports, in the order of the native handler's scalar codes
-# (`PrivateSpec.scalar` in `_ffi/_native_handler.cpp`).
+# (`PrivateSpec.scalar` in `_ffi/_native/_handler.cpp`).
 PRIVATE_SCALARS = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
@@ -197,7 +197,7 @@ def private_blocker(
     """Why ``kernel``'s launch cannot be split with private copies of its accumulated arrays, or what it accumulates.
 
     The kernel (and each ``@wp.func`` it passes an accumulated array to, followed as Warp resolves it) must
-    qualify under `_analysis.accumulation_blocker`; every other function it calls must write no array.
+    qualify under `_ownership.accumulation_blocker`; every other function it calls must write no array.
 
     Returns:
         ``(reason, ())`` where it cannot, else ``(None, ((array, combination), ...))`` in parameter order, the
@@ -213,7 +213,7 @@ def private_blocker(
     if not warps_thread_index(kernel):
         return "a function named tid that is not Warp's wp.tid", ()
     k = _kernel_arrays(kernel, params)
-    reason, found = _analysis.accumulation_blocker(
+    reason, found = _ownership.accumulation_blocker(
         _warp_internals.kernel_source(kernel),
         k.arrays,
         k.structs,
@@ -231,7 +231,7 @@ def private_blocker(
     return None, tuple((spec.name, combined[spec.name]) for spec in params if spec.name in combined)
 
 
-def _follow(func: Any, found: _analysis.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:
+def _follow(func: Any, found: _ownership.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:
     """The combinations of one function's accumulations, its passes followed; or the reason it does not qualify.
 
     Every call that receives no candidate must write no array (`_calls_blocker`); each pass of a candidate is
@@ -281,8 +281,8 @@ def _param_accumulation(caller: Any, name: str, position: int, depth: int) -> tu
             return None, "the array goes to a parameter that is not a plain array"
         param = labels[position][0]
         arrays = tuple((label, t.ndim) for label, t in labels if wp.types.is_array(t))
-        others = tuple(label for label, t in labels if not wp.types.is_array(t) and not _is_value(t))
-        reason, found = _analysis.accumulation_blocker(
+        others = tuple(label for label, t in labels if not wp.types.is_array(t) and not passed_by_value(t))
+        reason, found = _ownership.accumulation_blocker(
             _warp_internals.kernel_source(overload), arrays, others, (param,), in_function=True
         )
         if reason is not None or found is None:
@@ -317,11 +317,11 @@ def work_estimate(kernel: wp.Kernel) -> int:
 def warps_thread_index(kernel: Any) -> bool:
     """Whether every call named like the thread index in ``kernel`` (``wp.tid()``, ``tid()``) is Warp's ``wp.tid``.
 
-    The source analyses (`_analysis.race_free_blocker`, ``overwritten_outputs``, ``tid_indexed``) recognise the
+    The source analyses (`_ownership.race_free_blocker`, ``overwritten_outputs``, ``tid_indexed``) recognise the
     thread index by its name; a user function called ``tid`` would pass for it. False also for a source jarp cannot
     read.
     """
-    calls = _analysis.called_names(_warp_internals.kernel_source(kernel))
+    calls = _builtins.called_names(_warp_internals.kernel_source(kernel))
     if calls is None:
         return False
     for name, _ in calls:
@@ -355,7 +355,7 @@ def plan_shares_cpu_state(
 def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
     """Why two launches of ``kernel`` (or ``@wp.func``) at once would share state, or None.
 
-    They would when it, or a function it calls, uses tiles or prints (`_analysis.sharing_call`), calls a native
+    They would when it, or a function it calls, uses tiles or prints (`_builtins.sharing_call`), calls a native
     snippet, or cannot be read (no source, a computed callee, functions nested too deep). Atomics and stores
     anywhere are fine: each launch of a batch slice writes its own slice's buffers.
 
@@ -366,20 +366,20 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
         return "a native snippet (wp.func_native), which jarp cannot read"
     if depth >= _MAX_DEPTH:
         return "functions nested too deep to follow"
-    calls = _analysis.called_names(_warp_internals.kernel_source(kernel))
+    calls = _builtins.called_names(_warp_internals.kernel_source(kernel))
     if calls is None:
         return "source jarp cannot read"
     for name, line in calls:
         if name is None:
             return f"line {line}: a computed callee"
-        if _analysis.sharing_call(name):
+        if _builtins.sharing_call(name):
             return f"line {line}: {name}"
         obj = _names.resolve_path(kernel.func, name)
         if obj is _names.UNREADABLE:
             return f"line {line}: {name}: not readable"
         if isinstance(obj, wp.Function):
             if obj.is_builtin():
-                if _analysis.sharing_call(obj.key):
+                if _builtins.sharing_call(obj.key):
                     return f"line {line}: {name}: the builtin {obj.key}"
                 continue
             for overload in dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]):
@@ -394,7 +394,7 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
                     reason = sharing_blocker(fn, depth + 1) if getattr(fn, "adj", None) else "no source"
                     if reason is not None:
                         return f"line {line}: {name}: {reason}"
-        elif _analysis.sharing_call(getattr(obj, "__name__", None) or ""):
+        elif _builtins.sharing_call(getattr(obj, "__name__", None) or ""):
             return f"line {line}: {name}: a builtin that shares state under another name"
     return None
 
@@ -412,14 +412,14 @@ def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
     """Why calling ``obj`` (resolved from the dotted ``name``) may race, or None."""
     if isinstance(obj, wp.Function):
         if obj.is_builtin():
-            return f"the builtin {obj.key}" if _analysis.racy_call(obj.key) else None
+            return f"the builtin {obj.key}" if _builtins.racy_call(obj.key) else None
         return _function_blocker(obj, depth)
     if obj is _names.MISSING:
         # ``wp.tid``, ``wp.dot`` spelled through the module: Warp looks the last name up among its builtins
         # (and fails to build if it is none), so the name alone decides; any other missing name cannot be read.
         head = _names.resolve(caller, name.split(".", 1)[0]) if "." in name else _names.MISSING
         return None if head is wp else "not found"
-    if _analysis.racy_call(getattr(obj, "__name__", None) or ""):
+    if _builtins.racy_call(getattr(obj, "__name__", None) or ""):
         return "a racy builtin under another name"
     if obj is wp.static:
         return None
@@ -447,17 +447,12 @@ def _function_blocker(fn: Any, depth: int) -> str | None:
         for label, warp_type in _warp_internals.kernel_params(overload):
             if wp.types.is_array(warp_type):
                 arrays.append((label, warp_type.ndim))
-            elif not _is_value(warp_type):
+            elif not passed_by_value(warp_type):
                 others.append(label)  # a struct, Any or another type that may hold arrays: stores into it refused
-        reason, calls = _analysis.race_free_blocker(
+        reason, calls = _ownership.race_free_blocker(
             _warp_internals.kernel_source(overload), tuple(arrays), tuple(others), in_function=True
         )
         reason = reason or _calls_blocker(overload.func, calls, depth + 1)
         if reason is not None:
             return reason
     return None
-
-
-def _is_value(warp_type: Any) -> bool:
-    """A scalar, vector, matrix, quaternion or transform: passed by value, holding no array."""
-    return warp_type in (int, float, bool) or _is_value_type(warp_type)

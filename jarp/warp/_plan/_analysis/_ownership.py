@@ -1,353 +1,24 @@
-"""Static analysis of kernel source (the code Warp compiles, `_names.compiled_source`): which outputs every launch
-thread overwrites, which in-out arrays it overwrites, which arrays it indexes with its thread index, and whether its
-threads touch only their own elements. What a kernel writes is `_writes`'s.
-
-jarp zero-fills pure outputs before a launch so that accumulating kernels are
-correct. For the common elementwise kernel (``out[i] = ...`` with ``i = wp.tid()``)
-that fill is a wasted pass over memory, which matters for large arrays. This
-module proves, conservatively, that a kernel writes each element of an output
-exactly where its thread index points, so the fill can be skipped. Anything it
-does not recognise keeps the fill.
-"""
+"""Whether each thread of a kernel (or of a ``@wp.func`` it calls) touches only its own elements of the arrays it
+writes (`race_free_blocker`), or shares them only by accumulating (`accumulation_blocker`): one function's source;
+`_races` follows the calls into the functions they reach."""
 
 from __future__ import annotations
 
 import ast
 import functools
-import textwrap
 from collections.abc import Iterable
 from typing import NamedTuple, NoReturn
 
-
-@functools.lru_cache(maxsize=1024)
-def overwritten_outputs(source: str, output_names: tuple[str, ...]) -> dict[str, int]:
-    """Map each output that the kernel provably overwrites at its thread index to the tid rank.
-
-    An output ``out`` qualifies when the kernel body, at top level and with no
-    ``return`` anywhere, assigns ``i, j, ... = wp.tid()`` once and then
-    ``out[i, j, ...] = <expr>`` once, and ``out`` is used nowhere else except
-    through ``out.shape``. Launching it over exactly ``out``'s shape then writes
-    every element.
-
-    The thread index names must all differ: ``i, i = wp.tid()`` in a 2-d launch
-    writes ``out[i, i]``, the diagonal alone. The caller checks the rest of what
-    the analysis cannot see: that the tid rank equals the launch's number of dims
-    and ``out``'s, and that ``out``'s shape is the launch's.
-
-    Args:
-        source: the kernel's source.
-        output_names: the pure outputs' parameter names.
-
-    Returns:
-        ``{output name: number of thread index names}`` for each provably overwritten
-        output; empty for source it cannot parse or prove.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return {}
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
-    if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
-        return {}
-    tid_names: tuple[str, ...] | None = None
-    result: dict[str, int] = {}
-    for stmt in fn.body:
-        if tid_names is None:
-            tid_names = _tid_assignment(stmt)
-            continue
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            target = stmt.targets[0]
-            if (
-                isinstance(target, ast.Subscript)
-                and isinstance(target.value, ast.Name)
-                and target.value.id in output_names
-                and _index_names(target.slice) == tid_names
-            ):
-                result.setdefault(target.value.id, 0)
-                result[target.value.id] += 1
-    if tid_names is None or len(set(tid_names)) != len(tid_names):
-        return {}  # no thread index, or a repeated name (``i, i = wp.tid()``: one element per row)
-    assigned = [
-        n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)
-    ]
-    if len(assigned) != len(tid_names):
-        return {}
-    safe = {}
-    for name, count in result.items():
-        if count == 1 and _other_uses(fn, name, tid_names) == 0:
-            safe[name] = len(tid_names)
-    return safe
-
-
-def _tid_assignment(stmt: ast.stmt) -> tuple[str, ...] | None:
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
-        return None
-    call = stmt.value.func
-    name = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else None
-    if name != "tid" or stmt.value.args:
-        return None
-    return _index_names(stmt.targets[0])
-
-
-def _index_names(node: ast.expr) -> tuple[str, ...] | None:
-    if isinstance(node, ast.Name):
-        return (node.id,)
-    if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Name) for e in node.elts):
-        return tuple(e.id for e in node.elts)  # type: ignore[union-attr]
-    return None
-
-
-def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> int:
-    """Uses of ``name`` other than plain ``name[tid] = ...`` stores and ``name.shape`` reads."""
-    parents: dict[ast.AST, ast.AST] = {}
-    for node in ast.walk(fn):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-    uses = 0
-    for node in ast.walk(fn):
-        if not (isinstance(node, ast.Name) and node.id == name):
-            continue
-        parent = parents.get(node)
-        if isinstance(parent, (ast.arguments, ast.arg)):
-            continue
-        if isinstance(parent, ast.Attribute) and parent.attr == "shape":
-            continue
-        if (
-            isinstance(parent, ast.Subscript)
-            and parent.value is node
-            and isinstance(parents.get(parent), ast.Assign)
-            and _index_names(parent.slice) == tid_names
-        ):
-            continue
-        uses += 1
-    return uses
-
-
-def stored_array(target: ast.expr) -> ast.expr | None:
-    """The array a store target writes: what its innermost subscript indexes (``a`` in ``a[i]``, ``a[i][j]`` and
-    ``a[i].x``; ``s.f`` in ``s.f[i]``), or None for a target with no subscript (a local, ``v.x`` of a local).
-
-    Only that array is written: the index expressions are reads (``out[index[i]] += x`` writes ``out``, not
-    ``index``).
-    """
-    node, base = target, None
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        if isinstance(node, ast.Subscript):
-            base = node.value
-        node = node.value
-    return base
-
-
-def _store_targets(targets: list[ast.expr]) -> list[ast.expr]:
-    """Assignment targets with tuples and starred names unpacked (``a[i], b[i] = ...``)."""
-    out: list[ast.expr] = []
-    for t in targets:
-        if isinstance(t, (ast.Tuple, ast.List)):
-            out.extend(_store_targets(list(t.elts)))
-        elif isinstance(t, ast.Starred):
-            out.extend(_store_targets([t.value]))
-        else:
-            out.append(t)
-    return out
-
-
-@functools.lru_cache(maxsize=1024)
-def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Which of ``names`` the kernel assigns with a plain store (``a[i] = ...``), not only accumulates into.
-
-    Warp's adjoint differentiates reads and accumulations (``a[i] += x``,
-    ``wp.atomic_add``) of an in-out array correctly, but not overwrites: the
-    overwritten value's adjoint is never cleared. Unparsable source counts as storing.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return names
-    stored = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for target in _store_targets(node.targets):
-                base = stored_array(target)
-                if isinstance(base, ast.Name) and base.id in names:
-                    stored.add(base.id)
-    return tuple(n for n in names if n in stored)
-
-
-def binding_pairs(nodes: Iterable[ast.AST]) -> list[tuple[ast.expr, ast.expr | None]]:
-    """Every ``(target, value)`` the statements among ``nodes`` bind, tuples unpacked: ``a, b = x, y`` binds ``a``
-    to ``x`` and ``b`` to ``y``; a tuple target unpacked from one value binds each name to that value; ``for t in
-    it`` binds ``t`` to ``it``. Targets are names, attributes or subscripts, in order of appearance."""
-    out: list[tuple[ast.expr, ast.expr | None]] = []
-    for node in nodes:
-        pairs: list[tuple[ast.expr, ast.expr | None]] = []
-        if isinstance(node, ast.Assign):
-            pairs = [(t, node.value) for t in node.targets]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
-            pairs = [(node.target, node.value)]
-        elif isinstance(node, ast.For):
-            pairs = [(node.target, node.iter)]
-        pairs.reverse()
-        while pairs:
-            target, value = pairs.pop()
-            if isinstance(target, (ast.Tuple, ast.List)):
-                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                    unpacked = list(zip(target.elts, value.elts, strict=True))
-                else:
-                    unpacked = [(t, value) for t in target.elts]  # unpacked from one value: as the value
-                pairs.extend(reversed(unpacked))
-            elif isinstance(target, ast.Starred):
-                pairs.append((target.value, value))
-            else:
-                out.append((target, value))
-    return out
-
-
-def attribute_path(node: ast.expr) -> tuple[str, ...] | None:
-    """``s.a.b`` as ``("s", "a", "b")``; None for anything else."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name) or not parts:
-        return None
-    return (node.id, *reversed(parts))
-
-
-def _tid_derived(fn: ast.FunctionDef, tid_names: tuple[str, ...]) -> set[str]:
-    """The thread indices and every local assigned from an expression that reads one (or such a local).
-
-    A guard may test the thread index through a local (``inside = i < n`` then ``if inside:``): to prove that no
-    condition depends on the thread index, every such local counts as the thread index.
-    """
-    derived = set(tid_names)
-    while True:
-        before = len(derived)
-        for node in ast.walk(fn):
-            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or node.value is None:
-                continue
-            if any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(node.value)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:  # locals only: a store into an array (``out[i] = ...``) taints nothing
-                    names = t.elts if isinstance(t, ast.Tuple) else [t]
-                    derived.update(n.id for n in names if isinstance(n, ast.Name))
-        if len(derived) == before:
-            return derived
-
-
-@functools.lru_cache(maxsize=1024)
-def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
-    """The arrays the kernel indexes with its thread index, unguarded: ``(path, array dim, tid component)``.
-
-    ``path`` is a parameter in ``roots`` (``"x"``) or a struct parameter's array field (``"mesh.cells"``). An
-    access ``a[i]`` or ``a[i, j]`` with ``i, j = wp.tid()`` counts when nothing can keep a thread from reaching
-    it: the body has no ``return`` and no condition (``if``, ``while``, a conditional expression, ``assert``)
-    reads a thread index, and the thread indices, all named differently, are assigned once, at the top of the
-    body. Every thread then accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along
-    that dim.
-
-    Returns:
-        The accesses, in order of appearance, without repeats; none for a kernel it cannot read or prove.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return ()
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
-    if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
-        return ()
-    tid_names = next((t for t in map(_tid_assignment, fn.body) if t is not None), None)
-    if tid_names is None or len(set(tid_names)) != len(tid_names):
-        return ()  # no thread index, or a repeated name (``i, i = wp.tid()``): which component it holds is unclear
-    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in tid_names and isinstance(n.ctx, ast.Store)]
-    if len(stores) != len(tid_names):
-        return ()  # a thread index reassigned (or a loop variable of the same name): not provable
-    derived = _tid_derived(fn, tid_names)
-    for node in ast.walk(fn):
-        tests = []
-        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            tests.append(node.test)
-        elif isinstance(node, ast.comprehension):
-            tests.extend(node.ifs)
-        elif isinstance(node, ast.For):
-            tests.append(node.iter)  # ``for k in range(n - i)``: a loop a thread may skip
-        if any(isinstance(n, ast.Name) and n.id in derived for t in tests for n in ast.walk(t)):
-            return ()  # a thread may be kept from its access (``if i < n``, ``ok = i < n`` then ``if ok``)
-    found: list[tuple[str, int, int]] = []
-    for node in ast.walk(fn):
-        if not isinstance(node, ast.Subscript):
-            continue
-        base = node.value
-        path = (base.id,) if isinstance(base, ast.Name) else attribute_path(base)
-        if path is None or path[0] not in roots:
-            continue
-        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        for dim, entry in enumerate(index):
-            if isinstance(entry, ast.Name) and entry.id in tid_names:
-                access = (".".join(path), dim, tid_names.index(entry.id))
-                if access not in found:
-                    found.append(access)
-    return tuple(found)
-
-
-# -- race freedom ---------------------------------------------------------------------------------------------------
-
-# Builtins that make concurrent launches of a kernel share state (`sharing_call`): tiles and block_dim (Warp's CPU
-# tile scratch storage is one global of the module; threads of a block cooperate) and printing (it interleaves).
-_SHARING_CALLS = frozenset({"print", "printf", "breakpoint", "block_dim", "untile", "func_native"})
-_SHARING_PREFIXES = ("tile", "expect_")
-_SHARING_SUFFIXES = ("_tiled",)
-# And the builtins a race-free kernel may not call on top of those (`racy_call`): Warp's CPU atomics are plain
-# read-modify-writes, so two threads of a split launch can lose an update; the rest write memory through something
-# other than an indexed store (pointers, raw array stores, views made from pointers, volume stores, in-place array
-# updates, dense solves into output arrays).
-_WRITING_BUILTINS = frozenset({"array", "array_store", "store", "address", "address_of", "view", "indexref"})
-_WRITING_PREFIXES = ("atomic_", "volume_store", "dense_", "assign")
-_WRITING_SUFFIXES = ("_inplace",)
-
-
-def sharing_call(name: str) -> bool:
-    """Whether calling the builtin (or function) named ``name`` makes concurrent launches of a kernel share state.
-
-    Tiles (``tile*``, ``*_tiled``, ``block_dim``): Warp's CPU code keeps their scratch storage in one global of the
-    module, which two launches at once would share. Printing (``print``, ``printf``, the ``expect_*`` checks): the
-    output of concurrent launches would interleave. Atomics and stores are not listed: each launch of a batch
-    slice writes only its own slice's buffers.
-    """
-    name = name.rsplit(".", 1)[-1]
-    return name in _SHARING_CALLS or name.startswith(_SHARING_PREFIXES) or name.endswith(_SHARING_SUFFIXES)
-
-
-def racy_call(name: str) -> bool:
-    """Whether calling the builtin (or function) named ``name`` may race or cooperate across threads.
-
-    Everything `sharing_call` names (tiles, printing), atomics (``atomic_*``), and the builtins that write memory
-    other than through ``a[i] = ...``.
-    """
-    name = name.rsplit(".", 1)[-1]
-    return sharing_call(name) or (
-        name in _WRITING_BUILTINS or name.startswith(_WRITING_PREFIXES) or name.endswith(_WRITING_SUFFIXES)
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
-    """Every call in ``source``: ``(dotted name, line)``, the name None for a computed callee (``wp.static(f)(x)``).
-
-    Returns:
-        The calls in order of appearance; None for a source that does not parse.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
-        return None
-    calls = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            path = attribute_path(node.func) if isinstance(node.func, ast.Attribute) else None
-            name = node.func.id if isinstance(node.func, ast.Name) else ".".join(path) if path else None
-            calls.append((name, node.lineno))
-    return tuple(calls)
-
+from ._builtins import ACCUMULATING_ATOMICS, racy_call
+from ._syntax import (
+    attribute_path,
+    binding_pairs,
+    call_path,
+    first_function,
+    index_names,
+    parse_module,
+    tid_assignment,
+)
 
 # The attributes of Warp's value types (vector components; a transform's translation and rotation), never arrays.
 _COMPONENTS = frozenset({"x", "y", "z", "w", "p", "q"})
@@ -427,11 +98,10 @@ def _checked(
 ) -> tuple[str | None, _RaceCheck | None, tuple[tuple[str, int], ...]]:
     """One `_RaceCheck` run over ``source`` (`race_free_blocker`, `accumulation_blocker`): the reason it refused,
     or None with the check and the calls to follow."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except (TypeError, SyntaxError, ValueError):
+    tree = parse_module(source)
+    if tree is None:
         return "the source does not parse", None, ()
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    fn = first_function(tree)
     if fn is None:
         return "the source defines no function", None, ()
     try:
@@ -440,11 +110,6 @@ def _checked(
         return None, check, check.run()
     except _Refused as e:
         return str(e), None, ()
-
-
-# The atomics a privatised launch accumulates with, and how the per-range copies combine: a sum (``atomic_sub``
-# accumulates negated values, so its copies add up too), a minimum or a maximum.
-ACCUMULATING_ATOMICS = {"atomic_add": "add", "atomic_sub": "add", "atomic_min": "min", "atomic_max": "max"}
 
 
 class Accumulation(NamedTuple):
@@ -505,12 +170,6 @@ def accumulation_blocker(
             # Warp's record sees a write of a candidate that is neither an accumulation nor a store seen here
             return f"array {w!r} is written in a way jarp cannot follow", None
     return None, Accumulation(calls, dict(check.accumulated), tuple(check.passes), dict(check.other_uses))
-
-
-def _call_path(func: ast.expr) -> tuple[str, ...] | None:
-    if isinstance(func, ast.Name):
-        return (func.id,)
-    return attribute_path(func)
 
 
 class _RaceCheck:
@@ -590,7 +249,7 @@ class _RaceCheck:
                 self.refuse(node, "wp.adjoint (a function's adjoint, called by hand)")
             if not isinstance(node, ast.Call):
                 continue
-            path = _call_path(node.func)
+            path = call_path(node.func)
             if path is None:
                 self.refuse(node, f"a call of a computed function ({ast.unparse(node.func)})")
             name = ".".join(path)
@@ -610,11 +269,11 @@ class _RaceCheck:
 
     def _thread_index(self) -> None:
         """The thread index names, assigned once at the top level of the body and never again."""
-        tid_calls = [n for n in self.nodes if isinstance(n, ast.Call) and (_call_path(n.func) or ())[-1:] == ("tid",)]
-        stmts = [s for s in self.fn.body if _tid_assignment(s) is not None]
+        tid_calls = [n for n in self.nodes if isinstance(n, ast.Call) and (call_path(n.func) or ())[-1:] == ("tid",)]
+        stmts = [s for s in self.fn.body if tid_assignment(s) is not None]
         if len(tid_calls) != 1 or len(stmts) != 1:
             self.refuse(self.fn, "the thread index is not assigned exactly once, at the top level (i = wp.tid())")
-        self.tid = _tid_assignment(stmts[0]) or ()
+        self.tid = tid_assignment(stmts[0]) or ()
         if len(set(self.tid)) != len(self.tid):
             self.refuse(stmts[0], "a thread index name repeats")
         if self.launch_ndim is not None and len(self.tid) != self.launch_ndim:
@@ -750,7 +409,7 @@ class _RaceCheck:
         inner = layers[-1] if layers else None
         if not isinstance(inner, ast.Subscript):
             self.refuse(stmt, f"a store into {text}")
-        if _index_names(inner.slice) != self.tid:
+        if index_names(inner.slice) != self.tid:
             self.refuse(stmt, f"a store into {text}, not at the thread index {', '.join(self.tid)}")
         if self.arrays.get(path) != len(self.tid):
             self.refuse(stmt, f"a store into {text}: {path!r} has {self.arrays.get(path)} dims, not {len(self.tid)}")
@@ -763,7 +422,7 @@ class _RaceCheck:
 
     def _atomic(self, call: ast.Call) -> None:
         """Accept an atomic into an accumulator, as the statement it is (its old value unused); refuse any other."""
-        name = ".".join(_call_path(call.func) or ("?",))
+        name = ".".join(call_path(call.func) or ("?",))
         key = name.rsplit(".", 1)[-1]
         target = call.args[0] if call.args else None
         path = self._array_path(target) if target is not None else None
@@ -793,7 +452,7 @@ class _RaceCheck:
             if isinstance(parent, ast.Attribute) and parent.attr == "shape":
                 continue
             if isinstance(parent, ast.Call) and node in parent.args:
-                callee = _call_path(parent.func)
+                callee = call_path(parent.func)
                 if callee is not None and callee[-1] not in ACCUMULATING_ATOMICS:
                     self.passes.append((".".join(callee), parent.args.index(node), path, parent.lineno))
                     continue
@@ -819,7 +478,7 @@ class _RaceCheck:
             if (
                 isinstance(parent, ast.Subscript)
                 and parent.value is node
-                and _index_names(parent.slice) == self.tid
+                and index_names(parent.slice) == self.tid
                 and self._element(parent, path)
             ):
                 continue

@@ -1,0 +1,71 @@
+"""Warp builtins judged by name: those that make concurrent launches share state (tiles, printing), those that may
+race across threads (atomics, pointer stores), the atomics a privatised launch accumulates with; and the calls a
+source makes."""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from ._syntax import attribute_path, parse_module
+
+# Builtins that make concurrent launches of a kernel share state (`sharing_call`): tiles and block_dim (Warp's CPU
+# tile scratch storage is one global of the module; threads of a block cooperate) and printing (it interleaves).
+_SHARING_CALLS = frozenset({"print", "printf", "breakpoint", "block_dim", "untile", "func_native"})
+_SHARING_PREFIXES = ("tile", "expect_")
+_SHARING_SUFFIXES = ("_tiled",)
+# And the builtins a race-free kernel may not call on top of those (`racy_call`): Warp's CPU atomics are plain
+# read-modify-writes, so two threads of a split launch can lose an update; the rest write memory through something
+# other than an indexed store (pointers, raw array stores, views made from pointers, volume stores, in-place array
+# updates, dense solves into output arrays).
+_WRITING_BUILTINS = frozenset({"array", "array_store", "store", "address", "address_of", "view", "indexref"})
+_WRITING_PREFIXES = ("atomic_", "volume_store", "dense_", "assign")
+_WRITING_SUFFIXES = ("_inplace",)
+
+
+def sharing_call(name: str) -> bool:
+    """Whether calling the builtin (or function) named ``name`` makes concurrent launches of a kernel share state.
+
+    Tiles (``tile*``, ``*_tiled``, ``block_dim``): Warp's CPU code keeps their scratch storage in one global of the
+    module, which two launches at once would share. Printing (``print``, ``printf``, the ``expect_*`` checks): the
+    output of concurrent launches would interleave. Atomics and stores are not listed: each launch of a batch
+    slice writes only its own slice's buffers.
+    """
+    name = name.rsplit(".", 1)[-1]
+    return name in _SHARING_CALLS or name.startswith(_SHARING_PREFIXES) or name.endswith(_SHARING_SUFFIXES)
+
+
+def racy_call(name: str) -> bool:
+    """Whether calling the builtin (or function) named ``name`` may race or cooperate across threads.
+
+    Everything `sharing_call` names (tiles, printing), atomics (``atomic_*``), and the builtins that write memory
+    other than through ``a[i] = ...``.
+    """
+    name = name.rsplit(".", 1)[-1]
+    return sharing_call(name) or (
+        name in _WRITING_BUILTINS or name.startswith(_WRITING_PREFIXES) or name.endswith(_WRITING_SUFFIXES)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
+    """Every call in ``source``: ``(dotted name, line)``, the name None for a computed callee (``wp.static(f)(x)``).
+
+    Returns:
+        The calls in order of appearance; None for a source that does not parse.
+    """
+    tree = parse_module(source)
+    if tree is None:
+        return None
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            path = attribute_path(node.func) if isinstance(node.func, ast.Attribute) else None
+            name = node.func.id if isinstance(node.func, ast.Name) else ".".join(path) if path else None
+            calls.append((name, node.lineno))
+    return tuple(calls)
+
+
+# The atomics a privatised launch accumulates with, and how the per-range copies combine: a sum (``atomic_sub``
+# accumulates negated values, so its copies add up too), a minimum or a maximum.
+ACCUMULATING_ATOMICS = {"atomic_add": "add", "atomic_sub": "add", "atomic_min": "min", "atomic_max": "max"}
