@@ -108,7 +108,7 @@ class AbstractWarpModule(eqx.Module):
             # A kernel whose build failed is often kept only by reference cycles (the traceback of
             # the error): collect them once, so that Warp's next build of that module leaves it out.
             gc.collect()
-        target = self._resolve(args)
+        target = self._target_for(args)
         what = self._label(target)
         bound = bind_arguments(self._signature(target), args, what=what, runtime_scalars=self._runtime_scalars)
         plan = self._plan(target, bound, options, what)
@@ -137,7 +137,7 @@ class AbstractWarpModule(eqx.Module):
         """The wrapped kernel or function, before resolution for argument dtypes."""
 
     @abc.abstractmethod
-    def _resolve(self, args: tuple[Any, ...]) -> Any:
+    def _target_for(self, args: tuple[Any, ...]) -> Any:
         """The concrete target (kernel overload, specialised function) for the arguments' dtypes."""
 
     @abc.abstractmethod

@@ -176,7 +176,7 @@ class JaxCallable(AbstractWarpModule):
     def _annotated_target(self) -> Any:
         return None if self.generic else self.func  # a generic factory's functions exist per dtype signature
 
-    def _resolve(self, args: tuple[Any, ...]) -> Callable[..., Any]:
+    def _target_for(self, args: tuple[Any, ...]) -> Callable[..., Any]:
         return _specialise(self.func, warp_dtypes(args)) if self.generic else self.func
 
     def _signature(self, target: Callable[..., Any]) -> Signature:
@@ -186,7 +186,7 @@ class JaxCallable(AbstractWarpModule):
         return _label(target) or f"{_WHAT} {callable_name(target)}"
 
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
-        target = self._resolve(args)
+        target = self._target_for(args)
         what = self._label(target)
         params = _annotations.function_params(target, _WHAT)
         sig = self._signature(target)

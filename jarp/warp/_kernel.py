@@ -197,7 +197,7 @@ class JaxKernel(AbstractWarpModule):
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
-        # A generic kernel is judged per overload, on the code Warp generates for it (`_resolve`)
+        # A generic kernel is judged per overload, on the code Warp generates for it (`_target_for`)
         concrete = [self.kernel] if not self.kernel.is_generic else _warp_internals.overloads(self.kernel)
         for target in concrete:
             _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
@@ -224,7 +224,7 @@ class JaxKernel(AbstractWarpModule):
     def _annotated_target(self) -> Any:
         return self.kernel
 
-    def _resolve(self, args: tuple[Any, ...]) -> wp.Kernel:
+    def _target_for(self, args: tuple[Any, ...]) -> wp.Kernel:
         if self.arg_types_factory is None:
             return self.kernel
         names = [name for name, _ in _warp_internals.kernel_params(self.kernel)]
@@ -250,7 +250,7 @@ class JaxKernel(AbstractWarpModule):
         # launch itself goes to a callable that builds the structures inside the call (`_geometry_calls`).
         # a structure stands in as a static id, so a generic kernel's arg_types_factory sees wp.uint64 for it
         placeholders = tuple(np.uint64(0) if _geometry_calls.is_structure(a) else a for a in args)
-        target = self._resolve(placeholders)
+        target = self._target_for(placeholders)
         what = self._label(target)
         sig = self._signature(target)
         _geometry_calls.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)

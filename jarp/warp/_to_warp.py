@@ -106,8 +106,8 @@ def _parse_hint(dtype: Any) -> _Hint:
     raise TypeError(msg)
 
 
-def _resolve(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -> tuple[Any, Any]:
-    """Resolve a hint against the shape and Warp scalar type of a NumPy or JAX array.
+def _apply_hint(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -> tuple[Any, Any]:
+    """Apply a dtype hint to the shape and Warp scalar type of a NumPy or JAX array.
 
     Args:
         hint: The parsed hint.
@@ -323,7 +323,7 @@ def _to_warp_numpy(arr: np.ndarray, dtype: Any = None, *, requires_grad: bool = 
         raise TypeError(msg)
     hint = _parse_hint(dtype)
     source_scalar = _warp_scalar_of(arr.dtype, "numpy.ndarray")
-    target, scalar = _resolve(hint, arr.shape, source_scalar, "numpy.ndarray")
+    target, scalar = _apply_hint(hint, arr.shape, source_scalar, "numpy.ndarray")
     # Given explicitly: left to infer it, Warp drops trailing dims of size 1 before matching the dtype.
     shape = arr.shape[: arr.ndim - len(hint.inner)]
     if scalar is not source_scalar:
@@ -337,7 +337,7 @@ def _to_warp_jax(arr: jax.Array, dtype: Any = None, *, requires_grad: bool = Fal
     _reject_tracer(arr)
     hint = _parse_hint(dtype)
     source_scalar = _warp_scalar_of(arr.dtype, "jax.Array")
-    target, scalar = _resolve(hint, arr.shape, source_scalar, "jax.Array")
+    target, scalar = _apply_hint(hint, arr.shape, source_scalar, "jax.Array")
     devices = arr.devices()
     if len(devices) != 1:
         msg = (

@@ -56,6 +56,16 @@ def test_construction_time_launch_and_output_dims():
     np.testing.assert_array_equal(c, 2.0 * a_np[:2])
 
 
+@pytest.mark.parametrize("dims", [(), (1, 1, 1, 1, 1)])
+def test_launch_dims_outside_warps_one_to_four_are_refused_where_given(dims: tuple[int, ...]):
+    """At construction (not at the first call) and as a call option, by the same check and message."""
+    with pytest.raises(ValueError, match=r"jax_kernel\(\): launch_dims must have 1 to 4 dims, got"):
+        jax_kernel(k.diagonal_kernel, launch_dims=dims)
+    m = jax_kernel(k.diagonal_kernel, launch_dims=2)
+    with pytest.raises(ValueError, match=r"launch_dims must have 1 to 4 dims, got"):
+        m(launch_dims=dims)
+
+
 def test_matmul_tuple_output_dims_and_construction_launch_dims():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(3, 2)).astype(np.float32)

@@ -1,6 +1,6 @@
 """Generic targets: a ``JaxKernel``'s ``arg_types_factory`` overloads and a ``JaxCallable``'s ``generic=True`` factories.
 
-Unit: target resolution for the argument dtypes (``JaxKernel._resolve``/``JaxCallable._resolve``): one Warp dtype
+Unit: target resolution for the argument dtypes (``JaxKernel._target_for``/``JaxCallable._target_for``): one Warp dtype
 per runtime positional argument, the factory called once per dtype signature (cached), float32 and int32 signatures
 in the default process and float64 ones in the ``x64`` process (``JAX_ENABLE_X64=1 ... -m x64``), under eager calls,
 ``jit``, ``vmap`` and ``grad``. A new overload rebuilds the kernel's Warp module; earlier launches must stay valid

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _launch_checks
 from ._binding import BoundCall
-from ._normalize import check_launch_dims, output_dims_for
+from ._normalize import output_dims_for
 from ._values import Buffer
 
 
@@ -66,9 +66,7 @@ def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
         if dims is None:
             raise ValueError(f"{what}: the kernel has no array inputs, so pass launch_dims=... to size the launch.")
         return InferredLaunchDims(dims)
-    return check_launch_dims(
-        _launch_checks.normalize_launch_dims(requested, f"{what}: launch_dims"), f"{what}: launch_dims"
-    )
+    return _launch_checks.normalize_launch_dims(requested, f"{what}: launch_dims")
 
 
 def result_buffers(

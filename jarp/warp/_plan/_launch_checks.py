@@ -32,7 +32,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
-from ._arg_spec import ArgSpec
+from ._arg_spec import MAX_WARP_NDIM, ArgSpec
 from ._normalize import MAX_EXTENT, normalize_dims
 from ._values import Buffer, Param
 
@@ -98,16 +98,19 @@ def check_block_dim(value: Any, what: str) -> int | None:
 
 
 def normalize_launch_dims(value: Any, what: str) -> tuple[int, ...]:
-    """Turn launch dims (an int or a sequence of ints) into a tuple of non-negative ints.
+    """Turn launch dims (an int or a sequence of ints) into a tuple of 1 to 4 non-negative ints.
 
     Unlike array dims, a launch extent may exceed ``2**31 - 1``; `check_launch` then
     decides, with the kernel, whether ``wp.tid()`` can represent it.
 
     Raises:
         TypeError: for something that is not an int or a sequence of ints.
-        ValueError: for a negative extent, or a launch of more than ``2**63 - 1`` threads.
+        ValueError: for no dims or more than Warp's 4, a negative extent, or a launch of more than ``2**63 - 1``
+            threads.
     """
     dims = normalize_dims(value, what, max_extent=None)
+    if not 1 <= len(dims) <= MAX_WARP_NDIM:
+        raise ValueError(f"{what} must have 1 to {MAX_WARP_NDIM} dims, got {dims}.")
     if math.prod(dims) > _MAX_LAUNCH_SIZE:
         raise ValueError(f"{what}: {dims} launches more than 2**63 - 1 threads.")
     return dims

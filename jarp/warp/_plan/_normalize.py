@@ -10,7 +10,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._arg_spec import MAX_WARP_NDIM, ArgSpec
+from ._arg_spec import ArgSpec
 
 ShapeLike = int | Sequence[int]
 
@@ -70,12 +70,6 @@ def output_dims_for(spec: ArgSpec, dims: tuple[int, ...], what: str) -> tuple[in
     if n_inner:
         expect += f" (or {spec.jax_ndim} ending in {spec.inner_shape})"
     raise ValueError(f"{what} for output {spec.name!r} ({spec.phrase()}) must have {expect}, got {dims}.")
-
-
-def check_launch_dims(dims: tuple[int, ...], what: str) -> tuple[int, ...]:
-    if not 1 <= len(dims) <= MAX_WARP_NDIM:
-        raise ValueError(f"{what} must have 1 to {MAX_WARP_NDIM} dims, got {dims}.")
-    return dims
 
 
 FOLD_METHODS = ("broadcast_all", "expand_dims")
