@@ -19,8 +19,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 
 class _Failure(Exception):

@@ -21,11 +21,11 @@ from jarp.warp._plan._content import content_text, rebuild
 from jarp.warp._plan._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels_fem as kf
-from tests.warp.support import kernels_races as kr
-from tests.warp.support import kernels_tiles as kt
-from tests.warp.support.lowered import plan_handles
+from tests.support import kernels as k
+from tests.support import kernels_fem as kf
+from tests.support import kernels_races as kr
+from tests.support import kernels_tiles as kt
+from tests.support.lowered import plan_handles
 
 
 def _src(body: str) -> str:

@@ -18,11 +18,10 @@ import pytest
 from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels as k
-from tests.warp.support.kernels import N_SPRING, STIFFNESS, spring_data
-from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
-
-from .support import kernels_ad as K
+from tests.support import kernels as k
+from tests.support import kernels_ad as K
+from tests.support.kernels import N_SPRING, STIFFNESS, spring_data
+from tests.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -24,9 +24,9 @@ import warp as wp
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
 from jarp.warp._base import AbstractWarpModule
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels64 as k64
-from tests.warp.support.kernels import (
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support.kernels import (
     BIN_WEIGHTS,
     BINS,
     ERRORS,
@@ -38,7 +38,7 @@ from tests.warp.support.kernels import (
     spring_expected,
     vecmat_data,
 )
-from tests.warp.support.kinds import Kind, over_kinds
+from tests.support.kinds import Kind, over_kinds
 
 CLASSES = {"kernel": JaxKernel, "callable": JaxCallable}
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.warp.support.kernels import N_SPRING, STIFFNESS, spring_data, spring_expected, vecmat_data
-from tests.warp.support.kinds import KERNEL, Kind, over_kinds
+from tests.support.kernels import N_SPRING, STIFFNESS, spring_data, spring_expected, vecmat_data
+from tests.support.kinds import KERNEL, Kind, over_kinds
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

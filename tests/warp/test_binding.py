@@ -18,9 +18,9 @@ import pytest
 import warp as wp
 
 from jarp.warp import Mesh, jax_kernel
-from tests.warp.support import kernels_geometry as kg
-from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
-from tests.warp.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
+from tests.support import kernels_geometry as kg
+from tests.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
+from tests.support.kinds import CALLABLE, KERNEL, Kind, over_kinds
 
 
 def spring(kind: Kind, **options):

@@ -27,7 +27,7 @@ from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support.lowered import plan_handles as _plan_handles
+from tests.support.lowered import plan_handles as _plan_handles
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -15,9 +15,8 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry, _target
 from jarp.warp._plan._content import ABI_VERSION
-
-from .support import kernels as k
-from .support.lowered import custom_calls
+from tests.support import kernels as k
+from tests.support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -110,7 +109,7 @@ def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.support.multi_device_script"],
+        [sys.executable, "-m", "tests.support.multi_device_script"],
         env=env,
         cwd=root,
         capture_output=True,
@@ -150,7 +149,7 @@ def test_side_effect_survives_dead_code_elimination():
 _LOWER_TRIPLE = (
     "import jax, jax.numpy as jnp\n"
     "from jarp.warp import jax_kernel\n"
-    "from tests.warp.support import kernels as k\n"
+    "from tests.support import kernels as k\n"
     "text = jax.jit(lambda x: jax_kernel(k.triple_kernel)(x)[0]).lower(jnp.ones(3, jnp.float32)).as_text()\n"
 )
 

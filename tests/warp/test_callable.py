@@ -18,7 +18,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 
 @pytest.mark.parametrize("obj", [42, "scale_func"], ids=["int", "str"])
@@ -119,7 +119,7 @@ def test_a_structure_built_in_the_function_outlives_the_tape(monkeypatch: pytest
     # it built (a local) must still be alive then, or the adjoint launch reads a freed mesh id
     from jax.test_util import check_grads
 
-    from tests.warp.support import kernels_geometry as kg
+    from tests.support import kernels_geometry as kg
 
     points = jnp.asarray([[0, 0, 0], [1, 0, 0], [0, 1, 0]], jnp.float32)
     indices = jnp.asarray([0, 1, 2], jnp.int32)

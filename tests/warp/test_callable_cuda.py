@@ -26,7 +26,7 @@ from jarp.warp._ffi._frame import CallError
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
-from tests.warp.support.lowered import plan_handles
+from tests.support.lowered import plan_handles
 
 STREAM = 0x5EA4_0000_0000  # the CUstream XLA hands the call
 

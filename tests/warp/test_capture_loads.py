@@ -19,9 +19,8 @@ from jarp.warp import jax_kernel
 from jarp.warp._ffi import _executors
 from jarp.warp._ffi._frame import CallError
 from jarp.warp._upstream import _warp_internals, _xla_ffi
-from tests.warp.support.lowered import plan_handles
-
-from .support import kernels as k
+from tests.support import kernels as k
+from tests.support.lowered import plan_handles
 
 STREAM = 0x5EA4_0000_0000
 ORDINAL = 5  # a device slot no other test uses

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.warp.support.programs import X, expected, write_kernels
+from tests.support.paths import SUPPORT
+from tests.support.programs import X, expected, write_kernels
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).parent / "support" / "programs_script.py"
+SCRIPT = SUPPORT / "programs_script.py"
 LAUNCHES = ["native", "python"]
 FUNCS = ["fwd", "grad", "struct", "struct_grad", "vmap", "callable"]
 NEW_SCALE = 5.25  # square_kernel's changed code (another length than 2.0's, should a stale .pyc be around)

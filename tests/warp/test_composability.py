@@ -10,8 +10,7 @@ import optimistix as optx
 import pytest
 
 from jarp.warp import Energy, energy, jax_kernel
-
-from .support import kernels_energy as K
+from tests.support import kernels_energy as K
 
 pytestmark = pytest.mark.x64
 

@@ -34,15 +34,15 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _runtime_scalars
 from jarp.warp._plan._content import ABI_VERSION, ContentError, content_text, not_portable, rebuild
 from jarp.warp._plan._values import Binding, Plan, Runs
-
-from .support import kernels as k
-from .support import kernels64 as k64
-from .support import kernels_content as kd
-from .support import kernels_struct as kst
-from .support import kernels_struct_runtime as ksr
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support import kernels_content as kd
+from tests.support import kernels_struct as kst
+from tests.support import kernels_struct_runtime as ksr
+from tests.support.paths import SUPPORT
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).parent / "support" / "content_script.py"
+SCRIPT = SUPPORT / "content_script.py"
 
 # Lowered programs whose plans the tests read: they keep their plans registered while the module runs.
 _KEEP: list[Any] = []
@@ -337,7 +337,7 @@ def test_changed_code_is_refused_naming_the_kernel(harvested: list[Plan]) -> Non
     _raises(
         text,
         "changed",
-        r"Warp kernel 'scale_kernel' \(Python module 'tests.warp.support.kernels'\) has other code .* never runs "
+        r"Warp kernel 'scale_kernel' \(Python module 'tests.support.kernels'\) has other code .* never runs "
         "other code than what was compiled",
     )
     plan = _pick(harvested, "callable")

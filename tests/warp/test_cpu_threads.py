@@ -29,8 +29,7 @@ from hypothesis import strategies as st
 
 import jarp.warp as jw
 from jarp.warp._ffi import _native, _threads
-
-from .support.kernels_tiles import tile_copy
+from tests.support.kernels_tiles import tile_copy
 
 pytestmark = pytest.mark.launch_paths
 

@@ -25,8 +25,7 @@ import warp as wp
 import jarp.warp as jw
 from jarp.warp import _codegen
 from jarp.warp._ffi import _arg_blocks
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 # Kernels of the suite's files that jax_kernel refuses by design, and why (the script must see exactly these).
 # The script declares in-out every input the write check sees written, so writers are prepared like the rest.
@@ -42,7 +41,7 @@ BACKWARD_REFUSED = {"kernels_hostile.overwrite_input_kernel", "kernels_hostile.v
 def suite_check() -> dict[str, Any]:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.support.cuda_launch_script"],
+        [sys.executable, "-m", "tests.support.cuda_launch_script"],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -194,8 +193,7 @@ def test_the_check_catches_the_hidden_parameters_of_a_deterministic_kernel(
     # Without jarp's refusal at lowering for CUDA, a deterministic-mode kernel would be launched with too few
     # parameters on a GPU; the PTX comparison sees it on a machine without one.
     from jarp.warp._plan import _launch_checks
-
-    from .support import kernels_deterministic as kd
+    from tests.support import kernels_deterministic as kd
 
     monkeypatch.setattr(_launch_checks, "check_cuda_signature", lambda *args: None)
     triple = jw.jax_kernel(kd.triple_kernel, module_preload_mode=wp.JaxModulePreloadMode.NONE)

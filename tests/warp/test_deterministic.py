@@ -21,9 +21,9 @@ import jarp.warp as jw
 from jarp.warp._ffi import _executors
 from jarp.warp._ffi._registry import registry
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels as plain
-from tests.warp.support import kernels_deterministic as kd
-from tests.warp.support.lowered import plan_handles
+from tests.support import kernels as plain
+from tests.support import kernels_deterministic as kd
+from tests.support.lowered import plan_handles
 
 A = jnp.asarray(np.random.default_rng(0).normal(size=64), dtype=jnp.float32)
 INDEX = jnp.asarray(np.random.default_rng(1).integers(0, 5, size=64), dtype=jnp.int32)

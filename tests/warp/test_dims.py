@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels as k
-from tests.warp.support.kernels import BIN_WEIGHTS, BINS, ERRORS, N_BINS, vecmat_data
-from tests.warp.support.kinds import Kind, over_kinds
+from tests.support import kernels as k
+from tests.support.kernels import BIN_WEIGHTS, BINS, ERRORS, N_BINS, vecmat_data
+from tests.support.kinds import Kind, over_kinds
 
 # ======================================================================================================================
 # Launch dims (JaxKernel) and output dims: construction-time defaults, call-time overrides

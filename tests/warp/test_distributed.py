@@ -22,9 +22,8 @@ import pytest
 
 from jarp.warp import jax_kernel
 from jarp.warp._ffi import _target
-
-from .support import distributed_worker as worker
-from .support import kernels as k
+from tests.support import distributed_worker as worker
+from tests.support import kernels as k
 
 pytestmark = pytest.mark.launch_paths
 

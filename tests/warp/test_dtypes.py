@@ -18,7 +18,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan import _dtypes
-from tests.warp.support import kernels_dtypes as kd
+from tests.support import kernels_dtypes as kd
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -7,8 +7,7 @@ import pytest
 from jax.test_util import check_grads
 
 from jarp.warp import energy, jax_kernel
-
-from .support import kernels_energy as K
+from tests.support import kernels_energy as K
 
 pytestmark = pytest.mark.x64
 
@@ -247,7 +246,7 @@ def test_projected_hessian_without_warps_adjoint_refuses():
 def test_struct_parameters_are_differentiated_and_their_value_fields_stay_static():
     # The Stable Neo-Hookean kernels of kernels_struct take a Mesh struct (array fields) and a Material struct
     # (value fields mu, lam), passed as dicts; hess_prod is a jnp function that checks what it receives.
-    from .support import kernels_struct as ks
+    from tests.support import kernels_struct as ks
 
     rng = np.random.default_rng(5)
     tets = np.array([[0, 1, 2, 3], [1, 2, 3, 4]], np.int32)

@@ -18,8 +18,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _errors, _executors
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -1,6 +1,6 @@
 """An FEM library's generic Warp energy, ported to JAX unchanged: ``jax_kernel`` + ``arg_types_factory`` + struct pytrees.
 
-The kernels of ``tests/warp/support/kernels_fem.py`` are written as a Warp FEM library writes them (Stable Neo-Hookean
+The kernels of ``tests/support/kernels_fem.py`` are written as a Warp FEM library writes them (Stable Neo-Hookean
 on linear tetrahedra, generic over the float type, ``region`` and ``materials`` structs read in ``wp.func`` helpers,
 ``wp.atomic_add`` scatters) and are used here as they are: the only glue is one ``arg_types_factory`` per kernel and
 the structs given as pytrees (an ``eqx.Module`` and a dict; a float32 smoke test tries all six spellings). On a cube
@@ -25,7 +25,7 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels_fem as kf
+from tests.support import kernels_fem as kf
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

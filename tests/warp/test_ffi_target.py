@@ -29,9 +29,8 @@ from jax.experimental import serialize_executable
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _target
 from jarp.warp._ffi._registry import registry
-
-from .support import kernels as k
-from .support.lowered import custom_calls
+from tests.support import kernels as k
+from tests.support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -79,8 +78,8 @@ import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from jarp.warp import jax_kernel
 from jarp.warp._ffi import _native, _registry, _target, _trampoline
-from tests.warp.support import kernels as k
-from tests.warp.support.lowered import custom_calls
+from tests.support import kernels as k
+from tests.support.lowered import custom_calls
 
 m = jax_kernel(k.triple_kernel)
 x = jnp.arange(8, dtype=jnp.float32)
@@ -278,7 +277,7 @@ from jarp.warp._ffi._registry import registry
 if sys.argv[2] == "import":
     # this process makes its own plans first: handle 0 here is a different kernel on different shapes
     from jarp.warp import jax_kernel
-    from tests.warp.support import kernels as k
+    from tests.support import kernels as k
 
     x = jnp.arange(4, dtype=jnp.float32)
     np.testing.assert_array_equal(np.asarray(jax_kernel(k.add_kernel)(x, x)[0]), 2 * np.arange(4, dtype=np.float32))
@@ -326,7 +325,7 @@ def test_serialised_executable_loaded_without_its_kernel_fails_cleanly(tmp_path:
     line = _load_line(_run(_LOAD, path, "no-import"), ("ERROR", "NO ERROR"))
     assert line.startswith("ERROR JaxRuntimeError NOT_FOUND: jarp_warp_call: "), line
     assert "Warp kernel 'triple_kernel'" in line, line
-    assert "import the Python module that defines it, 'tests.warp.support.kernels'" in line, line
+    assert "import the Python module that defines it, 'tests.support.kernels'" in line, line
 
 
 def test_serialised_executable_loaded_in_this_process_runs(tmp_path: Any):

@@ -6,7 +6,7 @@ in the default process and float64 ones in the ``x64`` process (``JAX_ENABLE_X64
 ``jit``, ``vmap`` and ``grad``. A new overload rebuilds the kernel's Warp module; earlier launches must stay valid
 (checked in a subprocess, since a dangling entry point would crash the interpreter).
 
-The generic kernels and factories come from ``tests/warp/support/kernels64.py``; values are checked against NumPy.
+The generic kernels and factories come from ``tests/support/kernels64.py``; values are checked against NumPy.
 """
 
 import os
@@ -21,7 +21,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels64 as k64
+from tests.support import kernels64 as k64
 
 # ======================================================================================================================
 # arg_types_factory (JaxKernel)

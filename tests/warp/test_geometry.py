@@ -25,7 +25,7 @@ from jarp.warp import Bvh, HashGrid, Mesh, Volume, jax_callable, jax_kernel
 from jarp.warp import _geometry_builds as builds
 from jarp.warp._codegen import compile_aot
 from jarp.warp._plan import _geometry_variants
-from tests.warp.support import kernels_geometry as kg
+from tests.support import kernels_geometry as kg
 from tests.warp.test_gpu import REQUIRE_GPU, requires_gpu
 
 N = 5  # vertices per side of the height field
@@ -364,7 +364,7 @@ def test_a_structure_where_the_kernel_takes_no_id_names_the_parameter() -> None:
 def test_a_sharded_batch_builds_each_mesh_where_its_element_lives() -> None:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.support.geometry_sharding_script"],
+        [sys.executable, "-m", "tests.support.geometry_sharding_script"],
         env=env,
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,

@@ -34,11 +34,11 @@ from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
 from jarp.warp._plan._content import ABI_VERSION
 from jarp.warp._upstream import _warp_internals
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
+from tests.support.lowered import custom_calls
 from tests.warp import test_struct
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels64 as k64
-from tests.warp.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
-from tests.warp.support.lowered import custom_calls
 
 ARCHS = (80, 90)
 REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
@@ -409,7 +409,7 @@ _COMMAND_BUFFER_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np
 from jarp.warp import jax_callable
 from jarp.warp._ffi import _executors
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 f = jax.jit(lambda x: jax_callable(k.scale_func)(x, 3.0)[0] + 1.0)
 x = jnp.arange(1000, dtype=jnp.float32)
@@ -480,7 +480,7 @@ def test_gpu_struct_runtime_scalar_and_tile_launches_match_the_cpu(cuda_device: 
 @pytest.mark.gpu
 @requires_gpu
 def test_gpu_deterministic_mode_kernel_is_refused_with_the_feature_named(cuda_device: Any) -> None:
-    from tests.warp.support import kernels_deterministic as kd
+    from tests.support import kernels_deterministic as kd
 
     triple = jax_kernel(kd.triple_kernel)
     with pytest.raises(NotImplementedError, match="deterministic mode"):

@@ -22,7 +22,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from tests.warp.support.hostile import (
+from tests.support.hostile import (
     CASES,
     ERRORS,
     _no_hang,  # noqa: F401 (autouse fixture)
@@ -44,7 +44,7 @@ import jax, jax.numpy as jnp, numpy as np, warp as wp
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 {setup}
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels_hostile as kh
+from tests.support import kernels_hostile as kh
 try:
     out = {call}
     print("RESULT", [np.asarray(o).tolist() for o in out], flush=True)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tests.warp.support.hostile import (
+from tests.support.hostile import (
     CASES,
     ERRORS,
     F32,

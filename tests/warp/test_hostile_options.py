@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels_hostile as kh
-from tests.warp.support.hostile import (
+from tests.support import kernels_hostile as kh
+from tests.support.hostile import (
     ERRORS,
     KINDS,
     _no_hang,  # noqa: F401 (autouse fixture)

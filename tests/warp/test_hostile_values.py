@@ -23,8 +23,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels_hostile as kh
-from tests.warp.support.hostile import (
+from tests.support import kernels_hostile as kh
+from tests.support.hostile import (
     CASES,
     ERRORS,
     F32,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.warp.support.hostile import (
+from tests.support.hostile import (
     CASES,
     F32,
     _no_hang,  # noqa: F401 (autouse fixture)

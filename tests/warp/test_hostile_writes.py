@@ -20,9 +20,9 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels_hostile as kh
-from tests.warp.support.hostile import (
+from tests.support import kernels as k
+from tests.support import kernels_hostile as kh
+from tests.support.hostile import (
     CASES,
     KINDS,
     _no_hang,  # noqa: F401 (autouse fixture)

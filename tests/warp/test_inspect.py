@@ -23,9 +23,9 @@ from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import BufferInfo, ParamInfo, PlanInfo, list_plans
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels64 as k64
-from tests.warp.support.lowered import plan_handles
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support.lowered import plan_handles
 
 F32 = "array(ndim=1, dtype=float32)"
 
@@ -67,7 +67,7 @@ def test_forward_kernel_plan_record() -> None:
     (info,) = _info(f, x)
     assert info.kind == "kernel"
     assert info.kernel == "triple_kernel"
-    assert info.module == "tests.warp.support.kernels"
+    assert info.module == "tests.support.kernels"
     assert info.name == "jax_kernel(triple_kernel)"
     assert info.target is k.triple_kernel
     assert info.params == (ParamInfo("input", F32, "operand 0"), ParamInfo("output", F32, "result 0"))
@@ -184,7 +184,7 @@ def test_callable_plan_record() -> None:
     cb = jax_callable(k.scale_func, graph_mode=wp.JaxCallableGraphMode.NONE, has_side_effect=True)
     (info,) = _info(lambda a: cb(a, 3.0)[0], jnp.ones(9, jnp.float32))
     assert info.kind == "callable"
-    assert (info.kernel, info.module) == ("scale_func", "tests.warp.support.kernels")
+    assert (info.kernel, info.module) == ("scale_func", "tests.support.kernels")
     assert info.target is k.scale_func
     assert info.launch_dims == ()
     assert info.params[1] == ParamInfo("s", "float32", "static 3.0")
@@ -200,7 +200,7 @@ def test_records_are_frozen_hashable_and_print_readably() -> None:
         info.kind = "adjoint"  # type: ignore[misc]
     assert hash(info) == hash(dataclasses.replace(info))
     text = str(info)
-    assert text.startswith(f"plan {info.handle}: kernel scale_vec2 (module tests.warp.support.kernels)")
+    assert text.startswith(f"plan {info.handle}: kernel scale_vec2 (module tests.support.kernels)")
     assert "float32[4, 2]" in text
     assert "a: array(ndim=1, dtype=vec2f) <- operand 0" in text
     assert "s: float32 <- static 2.0" in text

@@ -11,8 +11,7 @@ import pytest
 import warp as wp
 
 from jarp.warp._upstream import _jax_internals, _warp_internals, _xla_ffi
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 
 def test_xla_ffi_layout_matches_declarations():

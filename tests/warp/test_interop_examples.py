@@ -3,7 +3,7 @@
 Source: the "Using Warp kernels as JAX primitives" section of Warp's interoperability guide
 (``docs/user_guide/interoperability.rst`` in NVIDIA/warp). Differences from the guide: ``from jarp.warp import jax_kernel,
 jax_callable``; a jarp call ALWAYS returns a tuple (so ``(out,) = jax_triple(x)``); the kernels live in
-``tests/warp/support/kernels.py``; and every example asserts its values instead of printing them.
+``tests/support/kernels.py``; and every example asserts its values instead of printing them.
 """
 
 import math
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Using Warp kernels as JAX primitives

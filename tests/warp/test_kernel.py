@@ -10,7 +10,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 
 @pytest.mark.parametrize(

@@ -33,10 +33,9 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _launch_checks
 from jarp.warp._plan._analysis import tid_indexed
 from jarp.warp._plan._content import content_text, rebuild
-
-from .support import kernels as k
-from .support import kernels_bounds as kb
-from .support.lowered import plan_handles
+from tests.support import kernels as k
+from tests.support import kernels_bounds as kb
+from tests.support.lowered import plan_handles
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -127,7 +126,7 @@ def test_guarded_and_two_dim_launches_are_left_alone() -> None:
 _SCRIPT = """
 import jax.numpy as jnp, numpy as np
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels_bounds as kb
+from tests.support import kernels_bounds as kb
 from tests.warp.test_launch_checks import _mesh
 for n_points, n_cells, n_mu, launch in ((400, 5, 5, None), (6, 5, 2, 5)):
     points, region, materials, _ = _mesh(n_points, n_cells, n_mu)
@@ -176,7 +175,7 @@ def test_a_store_into_an_array_taints_nothing() -> None:
 
 
 def test_a_kernel_guarded_through_a_local_runs() -> None:
-    from .support import kernels_review as kr
+    from tests.support import kernels_corner_cases as kr
 
     x = jnp.arange(4.0, dtype=jnp.float32)
     (y,) = jax_kernel(kr.alias_guarded_copy, launch_dims=8, output_dims=4)(x, 4)  # was refused
@@ -188,7 +187,7 @@ import sys
 import jax, jax.numpy as jnp, numpy as np
 import warp as wp
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels_bounds as kb
+from tests.support import kernels_bounds as kb
 if sys.argv[1] == "config":
     wp.config.mode = "debug"  # Warp's own switch: every kernel built with its bounds checks
     m = jax_kernel(kb.gather, enable_backward=True)

@@ -20,8 +20,8 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels as k
-from tests.warp.support.lowered import plan_handles
+from tests.support import kernels as k
+from tests.support.lowered import plan_handles
 
 BIG = 2**31 + 1
 SCALAR_TID_DISABLED = False

@@ -150,7 +150,7 @@ def test_an_eager_module_is_held_only_when_rebuilt_equal_to_a_collected_one(monk
     # once an old one is collected: its module then hashes like the collected one's, and only the kernel's identity
     # tells them apart. Here every module hashes alike, as if each new kernel took a collected one's address.
     from jarp.warp import _eager
-    from tests.warp.support.kernels import count_lowerings
+    from tests.support.kernels import count_lowerings
 
     monkeypatch.setattr(_eager, "hash", lambda module: 0, raising=False)
     x = jnp.arange(4.0, dtype=jnp.float32)
@@ -433,7 +433,7 @@ def _lower(module: Any, x: jax.Array) -> Any:
 
 
 def _handles(text: str) -> list[int | None]:
-    from tests.warp.support.lowered import plan_handles
+    from tests.support.lowered import plan_handles
 
     return plan_handles(text)
 
@@ -470,8 +470,8 @@ def test_a_local_description_names_the_handle_its_lowering_leases() -> None:
     # lowering leases: the lease's safe point releases the old one, and a call naming it could never be resolved.
     import json
 
-    from .support import kernels as k
-    from .support.lowered import custom_calls
+    from tests.support import kernels as k
+    from tests.support.lowered import custom_calls
 
     def triple(x: wp.array(dtype=float), out: wp.array(dtype=float)) -> None:
         wp.launch(k.triple_kernel, dim=x.shape, inputs=[x], outputs=[out])

@@ -13,9 +13,9 @@ import warp as wp
 from jarp.warp import jax_kernel, list_plans
 from jarp.warp._plan import _names
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels_writes as kw
-from tests.warp.support import kernels_writes_helpers as helpers
-from tests.warp.support.lowered import plan_handles
+from tests.support import kernels_writes as kw
+from tests.support import kernels_writes_helpers as helpers
+from tests.support.lowered import plan_handles
 
 FLAG = True
 COUNT = 3

@@ -23,10 +23,9 @@ import pytest
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _native, _target
-
-from .support import kernels as k
-from .support import kernels_struct as ks
-from .support.lowered import custom_calls
+from tests.support import kernels as k
+from tests.support import kernels_struct as ks
+from tests.support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths
 
@@ -211,7 +210,7 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
             import jax, jax.numpy as jnp, numpy as np
             from jarp.warp import jax_kernel
             from jarp.warp._ffi import _native, _target
-            from tests.warp.support import kernels as k
+            from tests.support import kernels as k
 
             m = jax_kernel(k.triple_kernel)
             for _ in range(3):
@@ -236,7 +235,7 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
 
 
 def test_an_unknown_launch_path_is_refused() -> None:
-    script = "import jax.numpy as jnp\nfrom jarp.warp import jax_kernel\nfrom tests.warp.support import kernels as k\n"
+    script = "import jax.numpy as jnp\nfrom jarp.warp import jax_kernel\nfrom tests.support import kernels as k\n"
     script += "jax_kernel(k.triple_kernel)(jnp.ones(2))\n"
     env = dict(os.environ, **{_native.ENV: "fast"})
     proc = subprocess.run(
@@ -255,7 +254,7 @@ def test_the_process_exits_while_xla_still_runs_kernel_calls_nobody_waited_for()
     """
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.support.unawaited_at_exit_script"],
+        [sys.executable, "-m", "tests.support.unawaited_at_exit_script"],
         cwd=_ROOT,
         env=env,
         capture_output=True,
@@ -274,7 +273,7 @@ def test_after_the_exit_hook_only_prepared_plans_run() -> None:
         import jax, jax.numpy as jnp, numpy as np
         from jarp.warp import jax_kernel
         from jarp.warp._ffi import _native
-        from tests.warp.support import kernels as k
+        from tests.support import kernels as k
         m = jax_kernel(k.triple_kernel)
         f = jax.jit(lambda x: m(x)[0])
         np.testing.assert_allclose(f(jnp.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
@@ -301,7 +300,7 @@ def test_an_exit_hook_registered_after_importing_jarp_can_still_run_new_plans() 
         import atexit
         import jax, jax.numpy as jnp, numpy as np
         from jarp.warp import jax_kernel
-        from tests.warp.support import kernels as k
+        from tests.support import kernels as k
 
         m = jax_kernel(k.triple_kernel)
 

@@ -36,9 +36,8 @@ from jarp.warp._ffi import _executors, _native, _target
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
 from jarp.warp._upstream import _warp_internals, _xla_ffi
-
-from .support import kernels as k
-from .support.lowered import plan_handles
+from tests.support import kernels as k
+from tests.support.lowered import plan_handles
 
 _P = ctypes.c_void_p
 CONTEXT = 0xC0C0_0000_0000  # the CUcontext of the fake device

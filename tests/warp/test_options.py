@@ -20,8 +20,7 @@ from jarp.warp import (
     jax_callable,
     jax_kernel,
 )
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 CASES = [
     pytest.param(JaxKernel, JaxKernelOptions, JaxKernelCallOptions, id="kernel"),

@@ -2,7 +2,7 @@
 
 ``wp.types.is_array`` is true of all of Warp's array classes, but only ``wp.array`` is an ``array_t`` argument:
 packing an ``array_t`` for a ``wp.indexedarray`` parameter made the kernel read past it (SIGSEGV on the CPU).
-The refused kinds (`tests.warp.support.kernels_kinds.CASES`: indexed and Fabric arrays as parameters, struct fields
+The refused kinds (`tests.support.kernels_kinds.CASES`: indexed and Fabric arrays as parameters, struct fields
 and ``jax_callable`` annotations) are built, and called if the build succeeded, in child processes, so a crash
 fails its test instead of pytest; each must fail at construction with an error naming the parameter (or struct
 field), its kind and a plain ``wp.array`` as what to use instead.
@@ -28,8 +28,8 @@ from jarp.warp._plan._arg_spec import arg_spec
 from jarp.warp._plan._signature import param_spec
 from jarp.warp._plan._struct_layout import struct_layout
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels_kinds as kk
-from tests.warp.support.kernels_kinds import CASES
+from tests.support import kernels_kinds as kk
+from tests.support.kernels_kinds import CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240
@@ -43,7 +43,7 @@ def outcomes() -> dict[str, tuple[int, str, str]]:
     env["JAX_PLATFORMS"] = "cpu"
     for name in CASES:
         _children[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.warp.support.kernels_kinds", name],
+            [sys.executable, "-m", "tests.support.kernels_kinds", name],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

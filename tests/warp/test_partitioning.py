@@ -12,8 +12,7 @@ import pytest
 from jarp.warp import jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _content
-
-from .support import kernels as k
+from tests.support import kernels as k
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -26,7 +25,7 @@ def test_sharded_batches_run_where_they_live(partitioner: str) -> None:
     with an operand also sharded off the batch (explicit)."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.warp.support.partition_script", partitioner],
+        [sys.executable, "-m", "tests.support.partition_script", partitioner],
         env=env,
         cwd=_ROOT,
         capture_output=True,

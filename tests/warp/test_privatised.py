@@ -25,8 +25,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _races
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
-
-from .support import kernels_private as kp
+from tests.support import kernels_private as kp
 
 pytestmark = pytest.mark.launch_paths
 

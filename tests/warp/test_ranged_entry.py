@@ -25,8 +25,7 @@ import warp as wp
 
 from jarp.warp._ffi import _ranged as rg
 from jarp.warp._upstream import _warp_internals as wi
-
-from .support import kernels_ranged as kr
+from tests.support import kernels_ranged as kr
 
 _ROOT = Path(__file__).resolve().parents[2]
 _CPU = wp.get_device("cpu")
@@ -284,7 +283,7 @@ def test_a_fresh_process_loads_the_companion_from_disk() -> None:
         import warp as wp
         from jarp.warp._ffi import _ranged as rg
         from jarp.warp._upstream import _warp_internals as wi
-        from tests.warp.support import kernels_ranged as kr
+        from tests.support import kernels_ranged as kr
 
         cpu = wp.get_device("cpu")
         entry = wi.load_entry_points(kr.scale_sin, cpu)

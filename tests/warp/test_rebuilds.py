@@ -19,11 +19,10 @@ import warp as wp
 
 from jarp.warp import _option_warnings, _value_callables, jax_callable, jax_kernel
 from jarp.warp._value_callables import value_callable
-
-from .support import kernels as k
-from .support import kernels64 as k64
-from .support import kernels_review as kr
-from .support.retrace import X, count_traces
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support import kernels_corner_cases as kr
+from tests.support.retrace import X, count_traces
 
 
 def _factory_closure(scale: int) -> Any:

@@ -13,8 +13,7 @@ import numpy as np
 
 from jarp.warp import jax_kernel
 from jarp.warp._plan import _runtime_scalars
-
-from .support import kernels_options as ko
+from tests.support import kernels_options as ko
 
 
 def test_a_runtime_scalar_variant_builds_as_its_kernel() -> None:

@@ -104,7 +104,7 @@ def test_generic_factory_that_failed_is_called_again() -> None:
             raise RuntimeError("first try fails")
         return [wp.array(dtype=dtype), wp.array(dtype=dtype), wp.array(dtype=dtype)]
 
-    from tests.warp.support import kernels64 as k64
+    from tests.support import kernels64 as k64
 
     m = jax_kernel(k64.generic_add_kernel, arg_types_factory=lambda a, b: factory(a))
     a = jnp.arange(4.0, dtype=jnp.float32)

@@ -28,11 +28,11 @@ from jarp.warp._ffi import _registry
 from jarp.warp._plan import _values
 from jarp.warp._plan._static_keys import Static, canonical, static_key
 from jarp.warp._value_callables import value_callable
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels64 as k64
-from tests.warp.support import kernels_review as kr
-from tests.warp.support import kernels_static_keys as K
-from tests.warp.support.retrace import count_traces
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support import kernels_corner_cases as kr
+from tests.support import kernels_static_keys as K
+from tests.support.retrace import count_traces
 
 X = np.array([-1.0, 1.0, 2.0], np.float32)
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 5e-324, -5e-324, 1e-45, 1.4e-45, 1e-40, -1e-40]

@@ -13,8 +13,8 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan import _annotations
-from tests.warp.support import kernels as k
-from tests.warp.support import string_annotations as sa
+from tests.support import kernels as k
+from tests.support import string_annotations as sa
 
 
 def _vectors(n: int = 6, dtype: Any = jnp.float32) -> jax.Array:

@@ -9,7 +9,7 @@ serialisation), errors naming the parameter and field, ``jax_callable``, a gener
 ``arg_types_factory``, ``list_plans``, CUDA lowering, and a float64 tetrahedral FEM energy (Stable Neo-Hookean) against
 the same energy in ``jax.numpy`` and a hand-written gradient kernel.
 
-The Warp code lives in ``tests/warp/support/kernels_struct.py``.
+The Warp code lives in ``tests/support/kernels_struct.py``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import jarp
 from jarp.warp import LaunchDimsWarning, jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _launch_checks
-from tests.warp.support import kernels_struct as ks
-from tests.warp.support.lowered import custom_calls
+from tests.support import kernels_struct as ks
+from tests.support.lowered import custom_calls
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

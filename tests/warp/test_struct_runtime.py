@@ -18,8 +18,7 @@ import pytest
 from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel, list_plans
-
-from .support import kernels_struct_runtime as ks
+from tests.support import kernels_struct_runtime as ks
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -147,7 +146,7 @@ def _two_structs_call(
 
 
 def test_runtime_fields_of_two_structs_and_runtime_scalars_keep_their_order() -> None:
-    from .support import kernels_review as kr
+    from tests.support import kernels_corner_cases as kr
 
     args = {"k": 2.0, "rest": 0.5, "n": 3, "on": True, "scale": 1.5, "c": 0.25, "v1": -2.0, "shift": 0.125}
     j = {n: jnp.asarray(v, jnp.float32) for n, v in args.items()}
@@ -178,7 +177,7 @@ def test_runtime_fields_of_two_structs_and_runtime_scalars_keep_their_order() ->
 
 def test_a_field_named_with_double_underscores_next_to_a_nested_field() -> None:
     # Both once named their variant parameter s__a__b__jarp_rt (Warp: duplicate parameter name).
-    from .support import kernels_review as kr
+    from tests.support import kernels_corner_cases as kr
 
     (out,) = jax_kernel(kr.clash)(X, {"a__b": jnp.float32(10.0), "a": {"b": jnp.float32(3.0)}})
     np.testing.assert_allclose(out, np.asarray(X) * 10.0 + 3.0)

@@ -10,7 +10,7 @@ Warp's adjoint), against NumPy references. float32 runs in the default process; 
 
 Also here: the dtype inference of generic targets on its own (``warp_dtypes``), the messages of malformed struct
 arguments (naming the field, short, never an array's contents), and eager calls seeing later changes to a struct
-given as a mutable object. The Warp code lives in ``tests/warp/support/kernels_spellings.py``.
+given as a mutable object. The Warp code lives in ``tests/support/kernels_spellings.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jax.test_util import check_grads
 
 from jarp.warp import jax_kernel
 from jarp.warp._plan._binding import struct_like_fields, warp_dtypes
-from tests.warp.support import kernels_spellings as kp
+from tests.support import kernels_spellings as kp
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 

@@ -5,7 +5,7 @@ floats stay static), ``lax.scan`` (and ``jax.grad`` through it), ``lax.while_loo
 ``jax.checkpoint``, ahead-of-time lowering and ``jax.shard_map``. ``vmap`` has its own file (``test_batching.py``),
 reverse mode too (``test_autodiff.py``).
 
-Tests run over both kinds (``tests/warp/support/kinds.py``); values are checked against NumPy.
+Tests run over both kinds (``tests/support/kinds.py``); values are checked against NumPy.
 """
 
 import equinox as eqx
@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from tests.warp.support.kinds import Kind, over_kinds
+from tests.support.kinds import Kind, over_kinds
 
 
 @over_kinds

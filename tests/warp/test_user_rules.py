@@ -7,8 +7,7 @@ import pytest
 from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel
-
-from .support import kernels_ad as K
+from tests.support import kernels_ad as K
 
 pytestmark = pytest.mark.x64
 
@@ -78,7 +77,7 @@ def test_rule_returning_the_wrong_count_is_named():
 def _adjoint_launches(fn, *args):
     """The (kind, kernel key) of every adjoint custom call in ``fn``'s lowered program."""
     from jarp.warp import list_plans
-    from tests.warp.support.lowered import plan_handles
+    from tests.support.lowered import plan_handles
 
     text = jax.jit(fn).lower(*args).as_text()
     plans = {p.handle: p for p in list_plans()}

@@ -23,8 +23,7 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import jax_callable, jax_kernel
-
-from .support.warp_suite_runner import SuiteRun, run_suite
+from tests.support.warp_suite_runner import SuiteRun, run_suite
 
 # Everything Warp's test_jax.py registers on this machine (CPU only, two JAX CPU devices), Warp 1.19.0.
 # A new Warp version that adds or renames tests fails `test_the_suite_is_the_one_triaged` until this is updated.

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import warp as wp
 
-import tests.warp.support as support
+import tests.support as support
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan import _names, _writes
 from jarp.warp._upstream import _warp_internals
-from tests.warp.support import kernels_write_escapes as ke
-from tests.warp.support import kernels_write_spellings as ks
-from tests.warp.support import kernels_writes as kw
+from tests.support import kernels_write_escapes as ke
+from tests.support import kernels_write_spellings as ks
+from tests.support import kernels_writes as kw
 
 N = 4
 
@@ -180,7 +180,7 @@ _RESOLVER_ONLY = {
 
 def _all_kernels() -> list[wp.Kernel]:
     modules = [
-        importlib.import_module(f"tests.warp.support.{m.name}")
+        importlib.import_module(f"tests.support.{m.name}")
         for m in pkgutil.iter_modules(support.__path__)
         if m.name.startswith("kernels")
     ]

@@ -15,9 +15,9 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import JaxKernel, jax_callable, jax_kernel
-from tests.warp.support import kernels as k
-from tests.warp.support import kernels64 as k64
-from tests.warp.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
+from tests.support import kernels as k
+from tests.support import kernels64 as k64
+from tests.support.kernels import ERRORS, N_SPRING, STIFFNESS, spring_data, spring_expected
 
 pytestmark = pytest.mark.x64
 

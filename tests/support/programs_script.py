@@ -32,7 +32,7 @@ import warp as wp
 import jarp.warp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
-from tests.warp.support.programs import XS, W, X
+from tests.support.programs import XS, W, X
 
 NO_IMPORT = "--no-import" in sys.argv
 ARGS = [a for a in sys.argv[1:] if a != "--no-import"]
@@ -193,7 +193,7 @@ def _set(path: tuple[Any, ...], value: Any) -> Any:
 
 def crafted() -> dict[str, Any]:
     """Each case: a hand-written call of jarp's target with the attributes it names; the error it gives, as text."""
-    from tests.warp.support.lowered import custom_calls
+    from tests.support.lowered import custom_calls
 
     f, args = functions()["fwd"]
     (call,) = custom_calls(jax.jit(f).lower(*args).as_text())

@@ -12,8 +12,8 @@ from typing import Any
 import warp as wp
 from warp import atomic_add as accumulate  # an atomic under another name: only its resolution gives it away
 
-from tests.warp.support import kernels_fake_tid as fake
-from tests.warp.support import kernels_fem as kf
+from tests.support import kernels_fake_tid as fake
+from tests.support import kernels_fem as kf
 
 
 @wp.struct

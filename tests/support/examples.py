@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import REPO
 
 
 def load_example(path: Path, name: str) -> ModuleType:
@@ -44,7 +44,7 @@ def run_fit(
         env={
             **os.environ,
             "JAX_ENABLE_X64": "0",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         },
         check=False,
     )

@@ -2,13 +2,13 @@
 
 `tests/warp/test_distributed.py` starts this module twice on localhost (process ids 0 and 1), each with two CPU devices,
 so the global mesh has four devices split across two processes; cross-process collectives go through gloo. Each process
-defines the same kernel (it imports `tests.warp.support.kernels`), lowers its own program and registers its own plans,
+defines the same kernel (it imports `tests.support.kernels`), lowers its own program and registers its own plans,
 then computes ``sum((a * s + b) ** 2)`` with the kernel on each shard, and its gradient in ``a``, ``b`` and the
 replicated scalar ``s`` (whose cotangent is summed over all four devices, across the process boundary). It prints one
 ``RESULT <json>`` line with the gathered values and what it registered.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
-        python -m tests.warp.support.distributed_worker <coordinator port> <process id>
+        python -m tests.support.distributed_worker <coordinator port> <process id>
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def start_workers(cwd: Path, env: Mapping[str, str], streams: Sequence[tuple[Any
     """Start the `N_PROCESSES` workers on a free localhost port, each with `LOCAL_DEVICES` CPU devices.
 
     Args:
-        cwd: the checkout whose ``tests.warp.support.distributed_worker`` (and ``jarp``) the workers import.
+        cwd: the checkout whose ``tests.support.distributed_worker`` (and ``jarp``) the workers import.
         env: the environment; the device count and ``JAX_PLATFORMS=cpu`` are set on top of it.
         streams: ``(stdout, stderr)`` for each process, as `subprocess.Popen` takes them.
 
@@ -59,7 +59,7 @@ def start_workers(cwd: Path, env: Mapping[str, str], streams: Sequence[tuple[Any
     env = dict(env, XLA_FLAGS=f"--xla_force_host_platform_device_count={LOCAL_DEVICES}", JAX_PLATFORMS="cpu")
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.warp.support.distributed_worker", str(port), str(i)],
+            [sys.executable, "-m", "tests.support.distributed_worker", str(port), str(i)],
             cwd=cwd,
             env=env,
             stdout=out,

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from jarp.warp import jax_callable, jax_kernel
-from tests.warp.support import kernels_hostile as kh
+from tests.support import kernels_hostile as kh
 
 ERRORS = (TypeError, ValueError)
 HANG_LIMIT = 300  # seconds per test (first compiles included); a hang dumps every thread's stack and ends the run

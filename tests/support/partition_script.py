@@ -3,7 +3,7 @@
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 (``tests/warp/test_partitioning.py`` does), naming the partitioner, ``gspmd`` or ``shardy``:
 
-    python -m tests.warp.support.partition_script shardy
+    python -m tests.support.partition_script shardy
 
 For auto and explicit meshes it checks that XLA partitions each call along its batch dims (the compiled program
 has no all-gather, the output keeps the batch sharding) and that the values equal the unsharded run's, for one
@@ -24,7 +24,7 @@ jax.config.update("jax_use_shardy_partitioner", sys.argv[1] == "shardy")
 
 from jarp.warp import jax_callable, jax_kernel  # noqa: E402
 from jarp.warp._ffi import _executors, _native  # noqa: E402
-from tests.warp.support import kernels as k  # noqa: E402
+from tests.support import kernels as k  # noqa: E402
 
 assert jax.device_count() == 4
 add = jax_kernel(k.add_kernel)

@@ -3,7 +3,7 @@
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 (``tests/warp/test_bridge.py`` does; ``tools/check_exit.py`` runs it hundreds of times to count exits):
 
-    python -m tests.warp.support.multi_device_script
+    python -m tests.support.multi_device_script
 
 The last result is replicated and ``np.asarray`` reads one replica, so XLA may still run the kernel call on the
 other devices (each the plan's first call there) while the interpreter exits. On the native launch path jarp's
@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 m = jax_kernel(k.triple_kernel)
 g = jax_kernel(k.scale_sum_square, enable_backward=True)

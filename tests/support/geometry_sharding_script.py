@@ -13,7 +13,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jarp.warp import Mesh, jax_kernel
-from tests.warp.support import kernels_geometry as kg
+from tests.support import kernels_geometry as kg
 from tests.warp.test_geometry import FACES, ORIGINS, POINTS, heights, np_ray_depths, with_heights
 
 wp.config.quiet = True

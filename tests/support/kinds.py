@@ -16,7 +16,7 @@ import pytest
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
 from jarp.warp._base import AbstractWarpModule
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 ROLES = (
     "add",

@@ -7,7 +7,7 @@ Each ``*_writes_x`` kernel takes ``x`` (an input unless declared in-out) and ``y
 
 import warp as wp
 
-from tests.warp.support import kernels_writes_helpers as helpers
+from tests.support import kernels_writes_helpers as helpers
 
 
 @wp.func

@@ -17,7 +17,7 @@ through jarp too.
 
 Run by ``tests/warp/test_warp_suite.py``; by hand::
 
-    python -m tests.warp.support.warp_suite_runner            # prints one line per test
+    python -m tests.support.warp_suite_runner            # prints one line per test
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import unittest
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .paths import REPO
+
 #: The Warp module holding the JAX interop tests, inside the installed wheel.
 WARP_TEST_MODULE = "warp.tests.interop.test_jax"
 #: The unittest case Warp registers every JAX test on (``add_function_test(TestJax, ...)``).
@@ -45,7 +47,6 @@ WARP_TEST_CASE = "TestJax"
 PATCH_ENV = "JARP_WARP_SUITE_PATCH"
 #: Environment variable naming the file every call of a replaced entry point appends a line to (in any process).
 CALL_LOG_ENV = "JARP_WARP_SUITE_CALL_LOG"
-_REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 #: The outcomes a test can have, as recorded by the child process (plus ``timeout`` and ``not_run``).
 OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpected_success", "timeout", "not_run")
@@ -55,7 +56,7 @@ import os
 if os.environ.get({env!r}):
     import sys
     sys.path.insert(0, {root!r})
-    from tests.warp.support.warp_suite_runner import install_jarp_entry_points
+    from tests.support.warp_suite_runner import install_jarp_entry_points
     install_jarp_entry_points()
 """
 
@@ -318,9 +319,7 @@ def child_environment(sitecustomize_dir: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "CUDA_VISIBLE_DEVICES": "",
             PATCH_ENV: "1",
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(_REPO_ROOT), sitecustomize_dir, env.get("PYTHONPATH", "")) if p
-            ),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), sitecustomize_dir, env.get("PYTHONPATH", "")) if p),
         }
     )
     env.pop("JAX_ENABLE_X64", None)  # Warp's test module turns x64 on itself
@@ -346,16 +345,16 @@ def run_suite(names: Iterable[str] = (), timeout: float = 240.0) -> SuiteRun:
     names = list(names)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jarp-warp-suite-") as tmp:
-        (pathlib.Path(tmp) / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(env=PATCH_ENV, root=str(_REPO_ROOT)))
+        (pathlib.Path(tmp) / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(env=PATCH_ENV, root=str(REPO)))
         output = pathlib.Path(tmp) / "results.jsonl"
         output.touch()
         env = child_environment(tmp)
         env[CALL_LOG_ENV] = str(pathlib.Path(tmp) / "calls.log")
-        command = [sys.executable, "-m", "tests.warp.support.warp_suite_runner", "--child", str(output), *names]
+        command = [sys.executable, "-m", "tests.support.warp_suite_runner", "--child", str(output), *names]
         # the child is not a process group leader of its own grandchildren's fate: kill the whole group on timeout
         proc = subprocess.Popen(
             command,
-            cwd=_REPO_ROOT,
+            cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -413,6 +412,6 @@ def _main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     # run as the importable module, so that the sitecustomize's patches and the child share one module state
-    from tests.warp.support import warp_suite_runner
+    from tests.support import warp_suite_runner
 
     warp_suite_runner._main(sys.argv[1:])

@@ -3,7 +3,7 @@
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 (``tests/warp/test_native.py`` does; ``tools/check_exit.py`` runs it many times):
 
-    python -m tests.warp.support.unawaited_at_exit_script [matrix size, default 600]
+    python -m tests.support.unawaited_at_exit_script [matrix size, default 600]
 
 Each device first runs a slow matmul chain (a few hundred ms), then a jarp call of a fresh plan (so it takes
 jarp's Python callback path on an XLA worker thread). The main thread does not wait: it is inside interpreter
@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jarp.warp import jax_kernel
-from tests.warp.support import kernels as k
+from tests.support import kernels as k
 
 g = jax_kernel(k.scale_sum_square, enable_backward=True)
 assert jax.device_count() == 4

@@ -1,6 +1,6 @@
 """Prepare a CUDA launch of every kernel in the suite's kernel files and check each against its compiled kernel.
 
-Run as ``python -m tests.warp.support.cuda_launch_script`` (``test_cuda_launch_check.py`` does, in a fresh
+Run as ``python -m tests.support.cuda_launch_script`` (``test_cuda_launch_check.py`` does, in a fresh
 float64-enabled process, so the plans made here are the only ones checked). For every Warp kernel the files
 define (every registered overload of a generic one), it makes up arguments from the kernel's signature
 (arrays, scalars, vector and matrix values, structs, nested structs) and lowers for CUDA, without a GPU:
@@ -38,19 +38,19 @@ from jarp.warp._upstream import _warp_internals  # noqa: E402
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
 MODULES = (
-    "tests.warp.support.kernels",
-    "tests.warp.support.kernels64",
-    "tests.warp.support.kernels_ad",
-    "tests.warp.support.kernels_bounds",
-    "tests.warp.support.kernels_dtypes",
-    "tests.warp.support.kernels_energy",
-    "tests.warp.support.kernels_fem",
-    "tests.warp.support.kernels_hostile",
-    "tests.warp.support.kernels_review",
-    "tests.warp.support.kernels_spellings",
-    "tests.warp.support.kernels_static_keys",
-    "tests.warp.support.kernels_struct",
-    "tests.warp.support.kernels_struct_runtime",
+    "tests.support.kernels",
+    "tests.support.kernels64",
+    "tests.support.kernels_ad",
+    "tests.support.kernels_bounds",
+    "tests.support.kernels_corner_cases",
+    "tests.support.kernels_dtypes",
+    "tests.support.kernels_energy",
+    "tests.support.kernels_fem",
+    "tests.support.kernels_hostile",
+    "tests.support.kernels_spellings",
+    "tests.support.kernels_static_keys",
+    "tests.support.kernels_struct",
+    "tests.support.kernels_struct_runtime",
     "tests.warp.test_block_dim",  # tile kernels and block dims
 )
 N = 3  # the extent of every made-up array dim
