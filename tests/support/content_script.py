@@ -1,4 +1,6 @@
-"""Run by ``test_content.py`` in fresh processes: write the content text of the plans of one traced function, or rebuild a text.
+"""Write the content text of the plans of one traced function, or rebuild a text, in a fresh process.
+
+Run by ``tests/warp/plan/test_content.py``.
 
 ``python content_script.py describe DIR``: imports ``describe_mod`` from ``DIR``, lowers a function calling its
 kernel and prints the description of each plan it registered (one per line, sorted, after ``>>> ``).

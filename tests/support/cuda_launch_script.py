@@ -1,6 +1,6 @@
 """Prepare a CUDA launch of every kernel in the suite's kernel files and check each against its compiled kernel.
 
-Run as ``python -m tests.support.cuda_launch_script`` (``test_cuda_launch_check.py`` does, in a fresh
+Run as ``python -m tests.support.cuda_launch_script`` (``tests/warp/cuda/test_launch_params.py`` does, in a fresh
 float64-enabled process, so the plans made here are the only ones checked). For every Warp kernel the files
 define (every registered overload of a generic one), it makes up arguments from the kernel's signature
 (arrays, scalars, vector and matrix values, structs, nested structs) and lowers for CUDA, without a GPU:
@@ -51,7 +51,7 @@ MODULES = (
     "tests.support.kernels_static_keys",
     "tests.support.kernels_struct",
     "tests.support.kernels_struct_runtime",
-    "tests.warp.test_block_dim",  # tile kernels and block dims
+    "tests.warp.modules.test_block_dim",  # tile kernels and block dims
 )
 N = 3  # the extent of every made-up array dim
 

@@ -1,9 +1,9 @@
 """One of two `jax.distributed` processes that run a jarp kernel under `shard_map` over a global mesh.
 
-`tests/warp/test_distributed.py` starts this module twice on localhost (process ids 0 and 1), each with two CPU devices,
-so the global mesh has four devices split across two processes; cross-process collectives go through gloo. Each process
-defines the same kernel (it imports `tests.support.kernels`), lowers its own program and registers its own plans,
-then computes ``sum((a * s + b) ** 2)`` with the kernel on each shard, and its gradient in ``a``, ``b`` and the
+`tests/warp/transforms/test_distributed.py` starts this module twice on localhost (process ids 0 and 1), each with two
+CPU devices, so the global mesh has four devices split across two processes; cross-process collectives go through gloo.
+Each process defines the same kernel (it imports `tests.support.kernels`), lowers its own program and registers its own
+plans, then computes ``sum((a * s + b) ** 2)`` with the kernel on each shard, and its gradient in ``a``, ``b`` and the
 replicated scalar ``s`` (whose cotangent is summed over all four devices, across the process boundary). It prints one
 ``RESULT <json>`` line with the gathered values and what it registered.
 

@@ -1,8 +1,8 @@
 """A batch of meshes sharded over two CPU devices: each device builds the meshes of its own batch elements.
 
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=2``
-(``tests/warp/test_geometry.py`` does). Checks values against the brute-force reference, that the output keeps the
-batch sharding and the compiled program gathers nothing, and reverse mode; prints ``geometry sharding ok``.
+(``tests/warp/modules/test_geometry.py`` does). Checks values against the brute-force reference, that the output keeps
+the batch sharding and the compiled program gathers nothing, and reverse mode; prints ``geometry sharding ok``.
 """
 
 import jax
@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from jarp.warp import Mesh, jax_kernel
 from tests.support import kernels_geometry as kg
-from tests.warp.test_geometry import FACES, ORIGINS, POINTS, heights, np_ray_depths, with_heights
+from tests.warp.modules.test_geometry import FACES, ORIGINS, POINTS, heights, np_ray_depths, with_heights
 
 wp.config.quiet = True
 

@@ -1,4 +1,4 @@
-"""Shared machinery of the hostile-input tests, ``tests/warp/test_hostile_*.py``.
+"""Shared machinery of the hostile-input tests, ``tests/warp/hostile/test_*.py``.
 
 Those tests throw random input at `jax_kernel` and `jax_callable` modules of a few representative kernels
 (``kernels_hostile.py``: elementwise, vec3 arrays, 2-D, a gather through indices, scalar parameters, an in-out

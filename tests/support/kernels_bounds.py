@@ -1,7 +1,7 @@
 """Kernels that index arrays with their thread index, as FEM code does: over cells, with mesh and material structs.
 
 Launched over the wrong extent (the default launch follows the first array argument, here the points) they would
-read and write out of bounds; jarp refuses such launches before they run (`tests/warp/test_launch_checks.py`).
+read and write out of bounds; jarp refuses such launches before they run (`tests/warp/plan/test_launch_checks.py`).
 """
 
 import warp as wp

@@ -1,4 +1,4 @@
-"""Kernels and functions for ``test_content.py`` (plans' content text; not collected by pytest).
+"""Kernels and functions for ``tests/warp/plan/test_content.py`` (plans' content text; not collected by pytest).
 
 * ``flags_kernel``: bool and int scalar parameters next to a float one (static values of each kind).
 * ``row_sum_tile``: a tile kernel in a Warp module of its own (``module="unique"``: the module's name is a hash).

@@ -1,12 +1,14 @@
-"""Kernels and functions for corner cases of several stages (no `from __future__ import annotations`: annotations are objects).
+"""Kernels and functions for corner cases of several stages.
+
+No `from __future__ import annotations` here: the annotations are objects.
 
 * `callable_of`: a ``jax_callable`` function whose dtype is a factory local used only in annotations
-  (``test_rebuilds.py``: rebuilt equal, compared by value).
-* `alias_guarded_copy`: a store guarded through a local (``test_launch_checks.py``: not refused).
-* `half_square`: a ``wp.func`` (``test_static_keys.py``: a key that must stay alive).
+  (``tests/warp/modules/test_rebuilds.py``: rebuilt equal, compared by value).
+* `alias_guarded_copy`: a store guarded through a local (``tests/warp/plan/test_launch_checks.py``: not refused).
+* `half_square`: a ``wp.func`` (``tests/warp/plan/test_static_keys.py``: a key that must stay alive).
 * `two_structs` (`Springs`, `Damping`): two structs with int and bool fields, scalars between them, a field read
   through a ``wp.func`` argument; `clash` (`Clash`): a field named like the flattened name of a nested field
-  (``test_struct_runtime.py``).
+  (``tests/warp/modules/test_struct_runtime.py``).
 """
 
 import warp as wp

@@ -1,4 +1,4 @@
-"""Kernels of a Warp module built in deterministic mode (for ``test_deterministic.py``; not collected by pytest).
+"""Kernels of a Warp module built in deterministic mode (for ``tests/warp/cuda/test_deterministic.py``).
 
 The module option ``"deterministic"`` is ``RUN_TO_RUN``: Warp appends hidden parameters to the CUDA forward and
 backward signatures of the kernels whose forward *or adjoint* accumulates with atomics. That is ``sum_kernel`` and

@@ -1,4 +1,4 @@
-"""Warp kernels over every scalar type JAX has (half floats, every integer width, bool), for ``test_dtypes.py``.
+"""Kernels over every scalar type JAX has: half floats, every integer width, bool (``tests/warp/plan/test_dtypes.py``).
 
 A module of its own: the generic kernels below get one overload per scalar type, and every overload the tests
 resolve is declared here at import, so the Warp module is built once per process (see ``kernels64.py``).

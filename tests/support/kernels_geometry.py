@@ -1,4 +1,4 @@
-"""Kernels that query Warp structures by id, for the id-argument tests (`tests/warp/test_binding.py`)."""
+"""Kernels that query Warp structures by id, for the id-argument tests (`tests/warp/plan/test_binding.py`)."""
 
 import warp as wp
 
@@ -48,7 +48,7 @@ def mesh_distance(
     wp.launch(mesh_distance_kernel, dim=p.shape[0], inputs=[mesh.id, p], outputs=[d], device=p.device)
 
 
-# -- kernels for the geometry pytrees (`tests/warp/test_geometry.py`) --------------------------------------------
+# -- kernels for the geometry pytrees (`tests/warp/modules/test_geometry.py`) ------------------------------------------
 
 
 @wp.func

@@ -1,4 +1,4 @@
-"""Warp kernels and annotated functions for ``tests/warp/test_hostile_*.py`` (float32, one Warp module).
+"""Warp kernels and annotated functions for ``tests/warp/hostile/test_*.py`` (float32, one Warp module).
 
 Every kernel lives at module level so that Warp builds this module once per process. The kernels are small and
 representative: elementwise, vec3 arrays, 2-D, a gather through indices, scalar parameters of each kind, an in-out

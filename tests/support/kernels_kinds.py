@@ -1,4 +1,4 @@
-"""Kernels, structs and functions whose parameters are Warp array kinds jarp refuses (for ``test_param_kinds.py``).
+"""Warp array kinds jarp refuses, as kernel, struct and function parameters (``tests/warp/plan/test_param_kinds.py``).
 
 Each of ``wp.indexedarray``, ``wp.fabricarray`` and ``wp.indexedfabricarray`` appears as a top-level kernel
 parameter (the call-style ``wp.indexedarray(dtype=float)`` and the subscript ``wp.indexedarray[float]``

@@ -1,4 +1,4 @@
-"""Accumulating kernels for the privatised split launches (`tests/warp/test_privatised.py`)."""
+"""Accumulating kernels for the privatised split launches (`tests/warp/ffi/test_privatised.py`)."""
 
 import warp as wp
 

@@ -1,4 +1,4 @@
-"""Warp kernels for ``test_ranged_entry.py`` (jarp's ranged CPU entry points; not collected by pytest).
+"""Warp kernels for ``tests/warp/ffi/test_ranged_entry.py`` (jarp's ranged CPU entry points; not collected by pytest).
 
 All but ``tiled`` share one Warp module (so one companion object serves them):
 

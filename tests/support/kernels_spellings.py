@@ -1,4 +1,4 @@
-"""Warp structs and kernels for ``test_struct_spellings.py`` (one Warp module; not collected by pytest).
+"""Warp structs and kernels for ``tests/warp/modules/test_struct_spellings.py`` (one Warp module).
 
 A spring energy over a struct of springs, ``E = sum_e k[e] * (|x[j] - x[i]| - rest)**2`` for ``(i, j) = ends[e]``, in
 three versions: a plain kernel over a plain struct for each of float32 (``Springs32``) and float64 (``Springs64``), and

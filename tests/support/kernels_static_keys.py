@@ -1,4 +1,4 @@
-"""Warp kernels and functions for ``test_static_keys.py`` (one Warp module, compiled once per process)."""
+"""Warp kernels and functions for ``tests/warp/plan/test_static_keys.py`` (one Warp module, built once per process)."""
 
 import warp as wp
 

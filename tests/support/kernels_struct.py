@@ -1,4 +1,4 @@
-"""Warp structs and kernels for ``test_struct_params.py`` (one Warp module; not collected by pytest).
+"""Warp structs and kernels for ``tests/warp/modules/test_struct_params.py`` (one Warp module; not collected by pytest).
 
 * ``Mat`` / ``Mat64``: a scalar value field and a float array field, used by ``scale_kernel`` / ``scale64_kernel``
   (``out[i] = m.k * m.w[i] * x[i]**2``) and by the ``jax_callable`` functions.

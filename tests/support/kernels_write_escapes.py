@@ -1,7 +1,8 @@
 """Kernels that write an input through a route an adversarial review found the write check missing: each writes
 ``x`` (or the struct field ``s.arr`` / ``s.x``) by 100 at every thread, and sets ``y[i] = 1``.
 
-`tests/warp/test_writes.py` checks that each is refused without in-out, and that the caller's array stays as it was.
+`tests/warp/plan/test_writes.py` checks that each is refused without in-out, and that the caller's array stays as it
+was.
 """
 
 import warp as wp

@@ -1,4 +1,4 @@
-"""One kernel per store spelling, for `tests/warp/test_writes.py`: which parameter (or struct field) each writes.
+"""One kernel per store spelling, for `tests/warp/plan/test_writes.py`: which parameter (or struct field) each writes.
 
 ``index`` and ``a`` are inputs, ``out`` an output; ``s`` a struct with array fields ``a``, ``idx`` and a nested
 ``inner.b``.

@@ -1,7 +1,7 @@
 """A jarp kernel under ``pmap``, ``shard_map`` and sharded ``jit`` on four CPU devices, ending normally.
 
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
-(``tests/warp/test_bridge.py`` does; ``tools/check_exit.py`` runs it hundreds of times to count exits):
+(``tests/warp/ffi/test_launch_path.py`` does; ``tools/check_exit.py`` runs it hundreds of times to count exits):
 
     python -m tests.support.multi_device_script
 

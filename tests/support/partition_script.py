@@ -1,7 +1,7 @@
 """Batched jarp calls under ``jax.jit`` with the batch sharded over four CPU devices.
 
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
-(``tests/warp/test_partitioning.py`` does), naming the partitioner, ``gspmd`` or ``shardy``:
+(``tests/warp/transforms/test_partitioning.py`` does), naming the partitioner, ``gspmd`` or ``shardy``:
 
     python -m tests.support.partition_script shardy
 

@@ -1,4 +1,4 @@
-"""The kernel module of ``test_compiled_programs.py``, written into a test's tmp directory (not collected by pytest).
+"""The kernel module of ``tests/warp/transforms/test_compiled_programs.py``, written into a test's tmp directory.
 
 `write_kernels` writes ``prog_kernels.py``, whose kernels' code the tests change between processes: ``scale`` is a
 literal in ``square_kernel``'s body and ``offset`` one in ``other_kernel``'s, so changing one changes that kernel's

@@ -1,4 +1,4 @@
-"""Run by ``test_compiled_programs.py`` in fresh processes: compiled programs with jarp calls across processes.
+"""Compiled programs with jarp calls, across processes (run by ``tests/warp/transforms/test_compiled_programs.py``).
 
 Each mode prints one line ``>>> <JSON>`` with what it found; errors the test expects are caught and reported in
 that JSON, so a child that crashes (or exits non-zero) is a failure of the test. The kernel module

@@ -1,5 +1,7 @@
-"""Counting the traces of a model rebuilt afresh, for the tests of comparison by value (`test_rebuilds.py`,
-`test_static_keys.py`)."""
+"""Counting the traces of a model rebuilt afresh, for the tests of comparison by value.
+
+Used by `tests/warp/modules/test_rebuilds.py` and `tests/warp/plan/test_static_keys.py`.
+"""
 
 from typing import Any
 

@@ -1,7 +1,8 @@
 """Kernels and callables written with ``from __future__ import annotations`` (every annotation is a string).
 
-A helper module for ``test_string_annotations.py`` (its name does not start with ``test_``, so pytest does not
-collect it). The factories use local aliases (``vec3 = wp.types.vector(3, dtype)``) the way generic code is written.
+A helper module for ``tests/warp/plan/test_string_annotations.py`` (its name does not start with ``test_``, so pytest
+does not collect it). The factories use local aliases (``vec3 = wp.types.vector(3, dtype)``) the way generic code is
+written.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Kernel calls dispatched on all 4 devices, never awaited, that reach jarp's Python callback after the script ends.
 
 Run as a module from the repository root with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
-(``tests/warp/test_native.py`` does; ``tools/check_exit.py`` runs it many times):
+(``tests/warp/ffi/test_native.py`` does; ``tools/check_exit.py`` runs it many times):
 
     python -m tests.support.unawaited_at_exit_script [matrix size, default 600]
 

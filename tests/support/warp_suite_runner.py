@@ -15,7 +15,7 @@ The child process also gets a ``sitecustomize`` on its ``PYTHONPATH`` that insta
 grandchild processes some of Warp's tests start (``aux_test_jax_cpu_ffi.py``, a re-run of ``test_jax.py``) go
 through jarp too.
 
-Run by ``tests/warp/test_warp_suite.py``; by hand::
+Run by ``tests/warp/compat/test_warp_suite.py``; by hand::
 
     python -m tests.support.warp_suite_runner            # prints one line per test
 """
