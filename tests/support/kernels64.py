@@ -4,7 +4,7 @@ Kept apart from ``kernels.py``: every new overload of a generic kernel changes i
 the whole module, so the generic kernels share this small module with the float64 kernels rather than the large
 float32 one. Every overload the suite resolves is also declared up front (``_PREDECLARED`` below), so this module
 never changes hash in the middle of a test run: a rebuild mid-run is exercised on purpose, in a subprocess, by
-``tests/warp/modules/test_kernel.py::test_new_overload_rebuilding_the_warp_module_keeps_earlier_launches_valid``.
+``tests/warp/modules/test_generic.py::test_new_overload_rebuilding_the_warp_module_keeps_earlier_launches_valid``.
 """
 
 from typing import Any

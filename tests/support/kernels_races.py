@@ -173,7 +173,7 @@ FEM_OVERLOADS = {
 }
 
 
-# -- what an adversarial review found the proof accepting (each races when split) --
+# -- races through indirect routes: local structs, aliases, functions, launch dims, a fake tid -------------------------
 
 
 @wp.struct

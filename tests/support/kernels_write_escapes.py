@@ -1,8 +1,7 @@
-"""Kernels that write an input through a route an adversarial review found the write check missing: each writes
-``x`` (or the struct field ``s.arr`` / ``s.x``) by 100 at every thread, and sets ``y[i] = 1``.
+"""Kernels that write an input by an indirect route (a returned array, a nested call, a local struct, an alias, a
+view): each writes ``x`` (or the struct field ``s.arr`` / ``s.x``) by 100 at every thread, and sets ``y[i] = 1``.
 
-`tests/warp/plan/test_writes.py` checks that each is refused without in-out, and that the caller's array stays as it
-was.
+`tests/warp/plan/test_writes.py` checks that each is refused without in-out, and that the caller's array is unchanged.
 """
 
 import warp as wp

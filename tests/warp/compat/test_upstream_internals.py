@@ -1,8 +1,7 @@
 """Warp and XLA internals that jarp relies on still have the shape it expects.
 
 These fail loudly after a Warp or jaxlib upgrade that moves them, pointing at
-``jarp/warp/_warp_internals.py`` / ``jarp/warp/_jax_internals.py`` / ``jarp/warp/_xla_ffi.py``, the only
-modules to update.
+``jarp/warp/_upstream/_warp_internals.py`` / ``_jax_internals.py`` / ``_xla_ffi.py``, the only modules to update.
 """
 
 from types import SimpleNamespace

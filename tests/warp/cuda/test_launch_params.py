@@ -59,7 +59,7 @@ def test_no_cuda_launch_of_the_suites_kernels_disagrees_with_its_compiled_kernel
     assert kinds == {"kernel", "adjoint"}
     entries = [c["entry"] for c in checks]
     assert all(e.endswith(("_cuda_kernel_forward", "_cuda_kernel_backward")) for e in entries)
-    # the features the issue names, each present among the checked launches
+    # runtime-scalar variants, structs, nested structs and tiles: each present among the checked launches
     assert any("__jarp_rt_" in e for e in entries), "no runtime-scalar variant was checked"
     for kernel in ("snh_energy", "nested_kernel", "tiled_sin2_kernel", "row_sum_kernel", "edge_energy"):
         assert any(e.startswith(kernel + "_") for e in entries), f"{kernel} (struct / tile) was not checked"

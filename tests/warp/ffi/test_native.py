@@ -1,4 +1,4 @@
-"""The native launch path (`jarp/warp/_native.py`, `_native_handler.cpp`).
+"""The native launch path (`jarp/warp/_ffi/_native.py`, `_native_handler.cpp`).
 
 Kernel plans run through a C++ XLA FFI handler once Python has prepared and published their launch
 descriptor (at a plan's first call on a device); callables, and any frame the handler does not recognise,

@@ -1,4 +1,4 @@
-"""The FFI target `jarp_warp_call` trusts nothing it did not make (`jarp/warp/_target.py`).
+"""The FFI target `jarp_warp_call` trusts nothing it did not make (`jarp/warp/_ffi/_target.py`).
 
 A call names its plan by content: attributes ``abi`` (jarp's call-ABI version) and ``desc`` (the plan's
 description), which the instantiate stage resolves once per loaded executable, keeping the plan handle as the

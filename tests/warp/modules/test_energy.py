@@ -357,7 +357,7 @@ def test_signatures_are_checked_against_each_other_at_construction():
     assert energy(fun, grad, second, direction="v").direction == 1
 
 
-# -- review: a direction outside the inputs where hess_prod's are not known -------------------------------
+# -- a direction outside the inputs where hess_prod's are not known ----------------------------------------------------
 
 
 def _quad_fun(x: jax.Array, k: jax.Array) -> jax.Array:

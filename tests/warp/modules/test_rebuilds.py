@@ -120,7 +120,7 @@ def test_values_that_compare_already_are_kept(value: Any) -> None:
     assert value_callable(value) is value
 
 
-# -- review: values that compare equal but behave differently; copies ---------------------------------
+# -- values that compare equal but behave differently; copies ----------------------------------------------------------
 
 
 def _scaled_by(c: Any) -> Any:

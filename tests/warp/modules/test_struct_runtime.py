@@ -126,7 +126,7 @@ def test_jax_callable_struct_fields_stay_static() -> None:
         jax.jit(lambda k: f(X, _mat(k)))(jnp.float32(2.0))
 
 
-# -- review: two structs, int/bool fields, scalars between them, a field read through a wp.func argument ------
+# -- two structs, int/bool fields, scalars between them, a field read through a wp.func argument -----------------------
 
 
 def _two_structs_ref(

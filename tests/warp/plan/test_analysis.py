@@ -274,7 +274,7 @@ def test_race_blocker_follows_called_functions(kernel: wp.Kernel, blocker: str |
 @pytest.mark.parametrize(
     ("kernel", "ndim", "blocker"),
     [
-        # each of these races when split (found by an adversarial review); the proof must refuse them
+        # each of these races when split (through a local struct, an alias, a function, a shared row, a fake tid)
         (
             kr.shift_through_local_struct,
             1,

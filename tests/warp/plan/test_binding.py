@@ -1,6 +1,6 @@
 """Argument binding, for both module kinds: what a call accepts, and errors that name the argument.
 
-Unit: ``jarp/warp/_binding.py`` (one pass over the call's arguments, before tracing): the argument count, each
+Unit: ``jarp/warp/_plan/_binding.py`` (one pass over the call's arguments, before tracing): the argument count, each
 array's dtype, dims and inner (vector/matrix) dims, float64 NumPy arrays refused rather than downcast, NumPy float32
 arrays accepted, the static forms of scalar arguments, and the checks on runtime (traced) scalars: a
 ``JaxKernel`` reads them at run time and checks their dtype, a ``JaxCallable`` refuses them naming the argument.

@@ -1,6 +1,6 @@
 """Launch dims, output dims and result buffers, for both module kinds.
 
-Unit: ``jarp/warp/_dims.py``: a ``JaxKernel``'s launch dims (construction-time default, per-call override, a
+Unit: ``jarp/warp/_plan/_dims.py``: a ``JaxKernel``'s launch dims (construction-time default, per-call override, a
 missing one named), the forms of ``output_dims`` (int, tuple, dict by name in Warp or JAX shapes, at construction
 or per call; a ``JaxCallable``'s default follows its first array input), pure outputs zero-filled before every
 launch, in-out arguments returned first, and empty arrays.

@@ -151,7 +151,7 @@ def test_out_of_bounds_launches_end_as_errors_in_a_fresh_process() -> None:
     assert "materials.mu" in lines[1], lines
 
 
-# -- review: guards through locals ------------------------------------------------------------------------
+# -- guards through locals ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

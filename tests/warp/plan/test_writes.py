@@ -249,7 +249,7 @@ def test_what_each_spelling_writes(kernel: wp.Kernel, written: tuple[str, ...]) 
     assert _writes.written_struct_fields(kernel, structs) == tuple(sorted(w for w in written if "." in w))
 
 
-# -- routes an adversarial review found missed -----------------------------------------------------------------
+# -- indirect routes: returned arrays, nested calls, local structs, aliases, views -------------------------------------
 
 
 @pytest.mark.parametrize("kernel", ke.ARRAY_ESCAPES, ids=_key)

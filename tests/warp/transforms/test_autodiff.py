@@ -1,6 +1,6 @@
 """Reverse mode, for both module kinds: Warp's adjoint through jarp's bridge.
 
-Unit: ``jarp/warp/_adjoint.py`` (the backward launch of ``enable_backward=True`` modules) with the primitive's
+Unit: ``jarp/warp/_jax/_adjoint.py`` (the backward launch of ``enable_backward=True`` modules) with the primitive's
 transpose. The float32 tests (default process) check gradient values against closed forms and
 ``jax.test_util.check_grads``, and composition with ``jit``, ``vmap`` and ``eqx.filter_grad``; a module built
 without ``enable_backward`` names the option. The float64 tests (marked ``x64``) check against ``jax.numpy``
