@@ -39,7 +39,7 @@ def hypothesis_profile(env: Mapping[str, str] = os.environ) -> str:
 settings.load_profile(hypothesis_profile())
 
 # The hostile-input tests' checks live in a support module: rewrite its asserts as pytest rewrites the tests' own.
-pytest.register_assert_rewrite("tests.warp.support.hostile")
+pytest.register_assert_rewrite("tests.support.hostile")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from .examples_support import load_example as load_example_module
-from .examples_support import run_fit
+from tests.support.examples import load_example as load_example_module
+from tests.support.examples import run_fit
 
 if TYPE_CHECKING:
     import jax
@@ -219,7 +219,7 @@ def test_compiled_step_runs_the_hessian_product_kernel_and_no_dense_matrix() -> 
     import jax
 
     from jarp.warp._ffi._registry import registry
-    from tests.warp.support.lowered import plan_handles
+    from tests.support.lowered import plan_handles
 
     ex = load_example()
     true_net = ex.make_net(4, 2, ex.true_log_stiffness(2, 0))

@@ -13,8 +13,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from .examples_support import load_example as load_example_module
-from .examples_support import run_fit
+from tests.support.examples import load_example as load_example_module
+from tests.support.examples import run_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "hyperelastic.py"

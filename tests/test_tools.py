@@ -21,7 +21,7 @@ def _check_exit(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_check_exit_counts_clean_exits_failures_and_hangs(tmp_path: Path) -> None:
     ok, fails, hangs = tmp_path / "ok.py", tmp_path / "fails.py", tmp_path / "hangs.py"
-    # check_exit puts this checkout first on PYTHONPATH (scripts import tests.warp; an installed jarp may differ)
+    # check_exit puts this checkout first on PYTHONPATH (scripts import tests.support; an installed jarp may differ)
     ok.write_text(f"import os\nassert os.environ['PYTHONPATH'].split(os.pathsep)[0] == {str(ROOT)!r}\n")
     fails.write_text("raise SystemExit(3)\n")
     hangs.write_text("import time\ntime.sleep(600)\n")
@@ -40,6 +40,6 @@ def test_check_exit_counts_clean_exits_failures_and_hangs(tmp_path: Path) -> Non
 
 
 def test_check_exit_runs_a_module_of_this_checkout() -> None:
-    proc = _check_exit("tests.examples_support", "--runs", "1")
+    proc = _check_exit("tests.support.examples", "--runs", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 exited 0, 0 failed, 0 hung []" in proc.stdout

@@ -10,8 +10,8 @@ the GIL during finalization, the cause of the exit hang jarp's exit drain preven
 The script is a path, or a module run with ``-m``.
 
     python tools/check_exit.py examples/multi_device.py --runs 100
-    python tools/check_exit.py tests.warp.support.multi_device_script --runs 100 --launch python
-    python tools/check_exit.py tests.warp.support.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
+    python tools/check_exit.py tests.support.multi_device_script --runs 100 --launch python
+    python tools/check_exit.py tests.support.unawaited_at_exit_script --runs 100 --spy --save /tmp/hangs
 
 By default ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` (as ``examples/multi_device.py`` sets it).
 """
@@ -111,7 +111,7 @@ def main() -> int:
         env["JARP_LAUNCH"] = "python"
     else:
         env.pop("JARP_LAUNCH", None)
-    # This checkout's jarp and tests (scripts import ``tests.warp``), whatever jarp is installed.
+    # This checkout's jarp and tests (scripts import ``tests.support``), whatever jarp is installed.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     if args.spy:
         env["LD_PRELOAD"] = str(spy_library())

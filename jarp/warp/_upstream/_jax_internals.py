@@ -3,7 +3,7 @@
 jarp's primitive declares a side effect (JAX has no public API to declare a
 primitive's effects) and types its results inside ``shard_map`` with the manual
 mesh axes they vary over. Both need a few private names; they all live here, so
-a JAX upgrade is a one-file change, and `tests/warp/test_internals.py` checks
+a JAX upgrade is a one-file change, and `tests/warp/compat/test_upstream_internals.py` checks
 that each one still has the shape jarp relies on.
 """
 

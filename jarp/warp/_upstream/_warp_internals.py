@@ -7,7 +7,7 @@ ctypes layout of an array argument, the launch-bounds builder, the loaded
 module's kernel hooks and the CUDA launch function, the family of an array
 annotation and the deterministic-mode metadata that adds hidden CUDA parameters.
 They all live here, so a Warp
-upgrade is a one-file change, and `tests/warp/test_internals.py` checks that
+upgrade is a one-file change, and `tests/warp/compat/test_upstream_internals.py` checks that
 each one still has the shape jarp relies on.
 """
 

@@ -217,7 +217,7 @@ def _ranged_job(
     # code: about half the build).
     source = _BACKWARD_ENTRY.sub(r"static void \1_cpu_backward(", source)
     source = _FORWARD_ENTRY_HEAD.sub(r"static void \1_cpu_forward(", source)
-    source += "\n// jarp: ranged CPU entry points (jarp/warp/_ffi/_ranged.py, ranged_cpu_entry)\n" + appendix
+    source += "\n// jarp: ranged CPU entry points (jarp/warp/_ffi/_native/_ranged.py, ranged_cpu_entry)\n" + appendix
     identity = (
         RANGED_TEMPLATE_VERSION,
         wp.__version__,
@@ -354,7 +354,7 @@ def _task_loop(name: str, ndim: str, backward: bool = False) -> str:
 def _codegen_changed(name: str, what: str) -> RuntimeError:
     return RuntimeError(
         f"Warp's generated CPU code for kernel {name} does not have the shape jarp's ranged entry points copy "
-        f"({what}; warp-lang {wp.__version__}): update jarp/warp/_ffi/_ranged.py."
+        f"({what}; warp-lang {wp.__version__}): update jarp/warp/_ffi/_native/_ranged.py."
     )
 
 

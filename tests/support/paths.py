@@ -1,0 +1,10 @@
+"""Where the checkout and this package are, for the tests that start child processes from the repository root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUPPORT = Path(__file__).resolve().parent  # tests/support: the scripts run by path live here
+REPO = (
+    SUPPORT.parent.parent
+)  # the repository root: a child's cwd and PYTHONPATH, so `import tests...` finds this checkout
