@@ -10,8 +10,8 @@ where a Warp module's options, its use of tiles or its name matter):
 * ``kernels.py``: the shared float32 kernels and annotated functions, and the data and references that go with them.
 * ``kernels64.py``: float64 kernels and the generic kernels (a new overload rebuilds only this small module).
 * ``kernels_ad.py``: float64 kernels for the autodiff and derivative-rule tests.
-* ``kernels_bounds.py``: kernels indexing arrays with their thread index over cells, for
-  ``tests/warp/plan/test_launch_checks.py``.
+* ``kernels_bounds.py``: kernels indexing arrays with their thread index over cells (and ``edge_mesh``, their
+  arguments), for ``tests/warp/plan/test_launch_checks.py``.
 * ``kernels_content.py``: kernels and functions for ``tests/warp/plan/test_content.py``.
 * ``kernels_corner_cases.py``: kernels and functions for corner cases of several stages (annotations that are
   objects, guards through locals, several structs in one signature, clashing flattened field names).
@@ -45,6 +45,8 @@ Test machinery:
 
 * ``examples.py``: importing an example script as a module and running a fit end to end (``test_flagship.py``,
   ``test_hyperelastic.py``).
+* ``geometry.py``: the geometry tests' scene (a height field and downward rays) and its NumPy references.
+* ``gpu.py``: whether a CUDA device is visible, the ``requires_gpu`` mark and the ``cuda_device`` fixture.
 * ``hostile.py``: the case table, hypothesis settings and checks shared by the hostile-input tests.
 * ``kinds.py``: the two module kinds (``JaxKernel``, ``JaxCallable``) for tests parametrised over both.
 * ``lowered.py``: reading jarp's custom calls (and their plan handles) out of lowered program text.

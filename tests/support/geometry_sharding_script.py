@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from jarp.warp import Mesh, jax_kernel
 from tests.support import kernels_geometry as kg
-from tests.warp.modules.test_geometry import FACES, ORIGINS, POINTS, heights, np_ray_depths, with_heights
+from tests.support.geometry import FACES, ORIGINS, POINTS, heights, np_ray_depths, with_heights
 
 wp.config.quiet = True
 

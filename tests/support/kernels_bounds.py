@@ -4,6 +4,8 @@ Launched over the wrong extent (the default launch follows the first array argum
 read and write out of bounds; jarp refuses such launches before they run (`tests/warp/plan/test_launch_checks.py`).
 """
 
+import jax.numpy as jnp
+import numpy as np
 import warp as wp
 
 
@@ -56,3 +58,13 @@ def add_row(a: wp.array2d(dtype=wp.float32), row: wp.array(dtype=wp.float32), ou
     # ``row`` is indexed by the second thread index: its length must match a's second dim
     i, j = wp.tid()
     out[i, j] = a[i, j] + row[j]
+
+
+def edge_mesh(n_points: int, n_cells: int, n_mu: int) -> tuple:
+    """``edge_energy``'s arguments: ``n_points`` points, ``n_cells`` edges joining consecutive points (a region
+    struct given as a dict) and ``n_mu`` materials; and the edges as a NumPy array."""
+    cells = np.stack([np.arange(n_cells), np.arange(1, n_cells + 1) % n_points], axis=1).astype(np.int32)
+    region = {"cells": jnp.asarray(cells), "rest": jnp.full(n_cells, 0.5, jnp.float32)}
+    materials = {"mu": jnp.full(n_mu, 2.0, jnp.float32)}
+    points = jnp.linspace(0.0, 1.0, n_points, dtype=jnp.float32) ** 2
+    return points, region, materials, cells

@@ -37,12 +37,13 @@ from jarp.warp._upstream import _warp_internals
 from tests.support import kernels as k
 from tests.support import kernels64 as k64
 from tests.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
+from tests.support.gpu import cuda_device as cuda_device  # the fixture
+from tests.support.gpu import requires_gpu
 from tests.support.lowered import custom_calls
 from tests.support.paths import REPO
 from tests.warp.modules import test_struct
 
 ARCHS = (80, 90)
-REQUIRE_GPU = os.environ.get("JARP_REQUIRE_GPU", "") not in ("", "0")
 
 
 # ======================================================================================================================
@@ -334,28 +335,6 @@ def test_float64_function_lowers_for_cuda() -> None:
 # ======================================================================================================================
 # Real GPU runs (marked `gpu`; skipped without a CUDA device unless JARP_REQUIRE_GPU=1)
 # ======================================================================================================================
-
-
-def _cuda_available() -> bool:
-    if not wp.is_cuda_available():
-        return False
-    try:
-        return bool(jax.devices("cuda"))
-    except RuntimeError:
-        return False
-
-
-requires_gpu = pytest.mark.skipif(
-    not REQUIRE_GPU and not _cuda_available(),
-    reason="needs a CUDA GPU visible to both Warp and JAX (jax[cuda]); run `JARP_REQUIRE_GPU=1 pytest -m gpu` there",
-)
-
-
-@pytest.fixture
-def cuda_device() -> Any:
-    if not _cuda_available():
-        pytest.fail("JARP_REQUIRE_GPU is set, but Warp or JAX sees no CUDA device (is jax[cuda] installed?)")
-    return jax.devices("cuda")[0]
 
 
 @pytest.mark.gpu

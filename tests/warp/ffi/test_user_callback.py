@@ -15,11 +15,10 @@ import warp as wp
 import jarp
 from jarp.warp import register_ffi_callback
 from jarp.warp._ffi import _user_callback
-from tests.warp.cuda import test_gpu
+from tests.support.gpu import cuda_device as cuda_device  # the fixture
+from tests.support.gpu import requires_gpu
 
 _counter = itertools.count()
-requires_gpu = test_gpu.requires_gpu
-cuda_device = test_gpu.cuda_device  # the fixture
 
 
 @pytest.fixture

@@ -77,16 +77,8 @@ def _lower(m: Any, *args: Any) -> Any:
     return jax.jit(lambda *a: m(*a)).lower(*args)
 
 
-def _mesh(n_points: int, n_cells: int, n_mu: int) -> tuple:
-    cells = np.stack([np.arange(n_cells), np.arange(1, n_cells + 1) % n_points], axis=1).astype(np.int32)
-    region = {"cells": jnp.asarray(cells), "rest": jnp.full(n_cells, 0.5, jnp.float32)}
-    materials = {"mu": jnp.full(n_mu, 2.0, jnp.float32)}
-    points = jnp.linspace(0.0, 1.0, n_points, dtype=jnp.float32) ** 2
-    return points, region, materials, cells
-
-
 def test_a_kernel_over_cells_launched_over_the_points_is_refused() -> None:
-    points, region, materials, _ = _mesh(n_points=12, n_cells=5, n_mu=5)
+    points, region, materials, _ = kb.edge_mesh(n_points=12, n_cells=5, n_mu=5)
     m = jax_kernel(kb.edge_energy, output_dims=1)  # no launch_dims: the launch follows `points`
     # Lowered, not run: were the check gone, running it here would read out of bounds in the test process.
     with pytest.raises(ValueError, match=r"indexes region\.cells with wp\.tid\(\).*has 5 elements.*runs 12 threads"):
@@ -96,14 +88,14 @@ def test_a_kernel_over_cells_launched_over_the_points_is_refused() -> None:
 
 
 def test_a_struct_array_field_shorter_than_the_launch_is_refused() -> None:
-    points, region, materials, _ = _mesh(n_points=12, n_cells=5, n_mu=3)
+    points, region, materials, _ = kb.edge_mesh(n_points=12, n_cells=5, n_mu=3)
     m = jax_kernel(kb.edge_energy, launch_dims=5, output_dims=1)
     with pytest.raises(ValueError, match=r"indexes materials\.mu with wp\.tid\(\).*has 3 elements.*runs 5 threads"):
         _lower(m, points, region, materials)
 
 
 def test_the_right_launch_runs_and_matches_numpy() -> None:
-    points, region, materials, cells = _mesh(n_points=12, n_cells=5, n_mu=5)
+    points, region, materials, cells = kb.edge_mesh(n_points=12, n_cells=5, n_mu=5)
     (energy,) = jax_kernel(kb.edge_energy, launch_dims=5, output_dims=1)(points, region, materials)
     p = np.asarray(points, np.float64)
     d = p[cells[:, 1]] - p[cells[:, 0]] - 0.5
@@ -125,9 +117,9 @@ _SCRIPT = """
 import jax.numpy as jnp, numpy as np
 from jarp.warp import jax_kernel
 from tests.support import kernels_bounds as kb
-from tests.warp.plan.test_launch_checks import _mesh
+from tests.support.kernels_bounds import edge_mesh
 for n_points, n_cells, n_mu, launch in ((400, 5, 5, None), (6, 5, 2, 5)):
-    points, region, materials, _ = _mesh(n_points, n_cells, n_mu)
+    points, region, materials, _ = edge_mesh(n_points, n_cells, n_mu)
     m = jax_kernel(kb.edge_energy, launch_dims=launch, output_dims=1)
     try:
         print("ran", np.asarray(m(points, region, materials)[0]))
@@ -288,7 +280,7 @@ def test_an_inferred_launch_shorter_than_an_indexed_array_warns() -> None:
 @pytest.mark.usefixtures("fresh")
 def test_struct_array_fields_longer_than_an_inferred_launch_are_named() -> None:
     # The FEM mistake: a kernel over cells, launched over the points (the first array argument).
-    points, region, materials, _ = _mesh(n_points=5, n_cells=12, n_mu=12)
+    points, region, materials, _ = kb.edge_mesh(n_points=5, n_cells=12, n_mu=12)
     with _launch_warnings() as caught:
         _lower(jax_kernel(kb.edge_energy, output_dims=1), points, region, materials)
     (message,) = _texts(caught)
