@@ -30,7 +30,12 @@ machine need not be equally fast); "ideal" is what the cores could do together a
 ``--busy`` measures the machine under load instead: two busy processes spin on every core while one child times
 ``single`` with every thread against one thread, interleaved (target: threaded <= 1.05 x one thread).
 
-Run: ``python benchmarks/bench_threads.py [--rounds 3] [--repeats 15] [--busy]``.
+``--probe`` asks the machine instead of jarp: one-thread processes of the FEM, neighbour-loop and capacity cases,
+pinned one to a core, alone and side by side at the same moment. A ratio near 1 says the cores can run the case
+together at full speed, so a split launch's shortfall is jarp's (or the moment's); well above 1 says the machine
+cannot give more.
+
+Run: ``python benchmarks/bench_threads.py [--rounds 3] [--repeats 15] [--busy | --probe]``.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ import time
 CASES = ("vmapped", "single", "single-light", "fem-1e5", "fem-1e4", "neighbours", "adjoint", "small", "capacity")
 # Cases whose threaded result may differ from one thread's by rounding (sums combined from private copies).
 ROUNDED = ("fem-1e5", "fem-1e4", "adjoint")
+# The cases `probe` runs (those whose targets depend on the machine's memory system as much as on jarp).
+PROBED = ("fem-1e5", "fem-1e4", "neighbours", "capacity")
 TARGETS = {"vmapped": 0.6, "single": 0.6, "fem-1e5": 0.6, "fem-1e4": 0.7, "neighbours": 0.6}
 
 
@@ -81,9 +88,15 @@ def _call(f: object, args: tuple[object, ...], _: object) -> object:
     return f(*args)  # type: ignore[operator]
 
 
-def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] = ()) -> None:
+def _environment() -> None:
+    """JAX's settings for the cases, before JAX is imported."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("JAX_ENABLE_X64", "1")  # the FEM cases are float64 (the others pass float32 arrays)
+
+
+def _cases(cases: tuple[str, ...]) -> tuple[dict[str, object], dict[str, object]]:
+    """The jitted function of each case and its input (``funcs[case](inputs[case])`` runs it)."""
+    _environment()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -174,6 +187,34 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
         if case in cases:
             f, args = _fem(cells)
             funcs[case], inputs[case] = functools.partial(_gradient, f, args), None
+    return funcs, inputs
+
+
+# Calls per sample: a solver or a training loop calls the FEM energy and gradient back to back, so those cases time a
+# few consecutive calls (the steady state of a loop, helpers already awake); ``small`` is timed over many calls
+# because one is shorter than the clock's resolution allows to time well.
+INNER = {"small": 200, "fem-1e4": 50, "fem-1e5": 10}
+
+
+def _sample(f: object, x: object, case: str) -> float:
+    """Seconds per call of ``f(x)``, over `INNER` consecutive calls."""
+    import jax
+
+    k = INNER.get(case, 1)
+    jax.block_until_ready(f(x))  # type: ignore[operator]  # settle on the cores (threads migrate at their next run)
+    t = time.perf_counter()
+    for _ in range(k):
+        y = f(x)  # type: ignore[operator]
+    jax.block_until_ready(y)
+    return (time.perf_counter() - t) / k
+
+
+def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] = ()) -> None:
+    _environment()
+    import jax
+    import numpy as np
+
+    funcs, inputs = _cases(cases)
     cores = sorted(os.sched_getaffinity(0))
     # The modes, timed interleaved call by call in this one process (a shared machine's speed drifts within
     # seconds, so comparing separate processes compares moments): "all" (every core, every thread), "core c"
@@ -194,22 +235,72 @@ def child(repeats: int, cases: tuple[str, ...] = CASES, wanted: tuple[str, ...] 
                 np.testing.assert_allclose(out, reference[case], rtol=1e-9, atol=1e-9 * np.abs(out).max())
             elif out.tobytes() != reference[case].tobytes():
                 raise SystemExit(f"{case}: the threaded result differs from the one-thread result")
-    # Calls per sample: a solver or a training loop calls the FEM energy and gradient back to back, so those cases
-    # time a few consecutive calls (the steady state of a loop, helpers already awake); ``small`` is timed over many
-    # calls because one is shorter than the clock's resolution allows to time well.
-    inner = {"small": 200, "fem-1e4": 50, "fem-1e5": 10}
     for _ in range(repeats):
         for case, mode in random.sample(list(times), len(times)):
             _pin(*settings[mode])
-            f, x, k = funcs[case], inputs[case], inner.get(case, 1)
-            jax.block_until_ready(f(x))  # settle on the cores (threads migrate at their next run)
-            t = time.perf_counter()
-            for _ in range(k):
-                y = f(x)
-            jax.block_until_ready(y)
-            times[(case, mode)].append((time.perf_counter() - t) / k)
+            times[(case, mode)].append(_sample(funcs[case], inputs[case], case))
     _pin(cores, 0)
     print(json.dumps({f"{c}/{m}": statistics.median(v) for (c, m), v in times.items()}))
+
+
+def probe_child(case: str, core: int, seconds: float) -> None:
+    """One thread of ``case`` pinned to ``core``: ready, then (at a line on stdin) samples for ``seconds``."""
+    funcs, inputs = _cases((case,))
+    _pin([core], 1)
+    _sample(funcs[case], inputs[case], case)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        times.append(_sample(funcs[case], inputs[case], case))
+    print(json.dumps({"median": statistics.median(times)}), flush=True)
+
+
+def run_probe(case: str, cores: list[int], seconds: float) -> list[float]:
+    """Median seconds per call of ``case`` on one thread on each of ``cores``, all started at the same moment."""
+    code = (
+        f"import runpy; m = runpy.run_path({__file__!r}, run_name='bench_threads_child'); "
+        + "m['probe_child']({!r}, {}, {})"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code.format(case, c, seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for c in cores
+    ]
+    for p in procs:
+        if p.stdout is None or not p.stdout.readline().startswith("ready"):
+            raise SystemExit(f"probe child of {case} failed")
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    out = [json.loads(p.communicate()[0].strip().splitlines()[-1])["median"] for p in procs]
+    return out
+
+
+def probe(rounds: int, cores: list[int], cases: tuple[str, ...] = PROBED, seconds: float = 5.0) -> None:
+    """What the machine gives two threads of each case at once, with no jarp split involved.
+
+    Each case runs on one thread in separate processes pinned to one core each: alone on each core in turn, then one
+    process per core at the same moment. "Together / alone" near 1 means the cores run the case side by side at full
+    speed, so a split launch's ratio above 1 / cores is jarp's (or the moment's); well above 1 means the machine
+    (shared caches, memory, a busy neighbour) cannot give more.
+    """
+    print(f"the machine alone: {len(cores)} one-thread processes of each case at once against one ({rounds} rounds)")
+    for case in cases:
+        slowdowns = []
+        for _ in range(rounds):
+            alone = [run_probe(case, [c], seconds)[0] for c in cores]
+            together = run_probe(case, cores, seconds)
+            slowdowns.append(max(t / a for t, a in zip(together, alone, strict=True)))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        shown = ", ".join(f"{x:.2f}" for x in slowdowns)
+        print(f"  {case:13s} together / alone (slower core, per round): {shown}  (load average {load:.2f})")
 
 
 def _pin(cores: list[int], threads: int) -> None:
@@ -238,12 +329,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--busy", action="store_true", help="time `single` with two busy processes on the cores")
+    parser.add_argument(
+        "--probe", action="store_true", help="what the machine gives one-thread processes of a case side by side"
+    )
     args = parser.parse_args()
     if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
         raise SystemExit("needs Linux (os.sched_setaffinity, /proc/self/task) to pin threads to one core")
     cores = sorted(os.sched_getaffinity(0))
     if args.busy:
         busy(args.rounds, args.repeats, len(cores))
+        return
+    if args.probe:
+        probe(args.rounds, cores)
         return
     runs = [run_child(args.repeats) for _ in range(args.rounds)]
 

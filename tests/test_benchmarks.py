@@ -1,6 +1,7 @@
-"""The benchmark scripts run: benchmarks/bench_fem.py on tiny meshes (``--quick``), in a subprocess.
+"""The benchmark scripts run: benchmarks/bench_fem.py on tiny meshes (``--quick``), and bench_threads.py's timing
+child and machine probe on its smallest case, in subprocesses.
 
-The script checks every variant against the ``jax.numpy`` result before timing it, so a run that exits cleanly also
+bench_fem.py checks every variant against the ``jax.numpy`` result before timing it, so a run that exits cleanly also
 says the jarp, ``jax.numpy`` and ``wp.launch`` paths agree at both precisions.
 """
 
@@ -40,3 +41,26 @@ def test_bench_fem_quick_runs_and_reports(tmp_path: Path) -> None:
         assert all(t > 0 for t in r["times"].values())
     assert "| float64 | 144 | Hessian-vector product |" in proc.stdout
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_threads_child_and_probe_run() -> None:
+    """bench_threads.py's timing child (the small case, and a float64 one: the child turns float64 on before JAX is
+    imported) and its machine probe."""
+    code = (
+        "import os, runpy, sys; m = runpy.run_path(sys.argv[1], run_name='bench_threads_test'); "
+        "cores = sorted(os.sched_getaffinity(0)); "
+        "r = m['run_child'](1, ('small', 'adjoint')); assert 'adjoint/all' in r and min(r.values()) > 0, r; "
+        "p = m['run_probe']('small', cores[:1], 0.2); assert len(p) == 1 and p[0] > 0, p; print('ok')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}  # the script's own default (float64)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "benchmarks" / "bench_threads.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout.strip().endswith("ok"), proc.stdout

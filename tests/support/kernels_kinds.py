@@ -214,19 +214,23 @@ CASES: dict[str, Case] = {
 
 
 def run_case(name: str) -> None:
-    """Build case ``name``'s module and, if that succeeds, call it; print what happened as one JSON line."""
+    """Build case ``name``'s module and, if that succeeds, call it; print what happened as one JSON line (flushed,
+    so that a crash in a later case keeps it)."""
     case = CASES[name]
     try:
         module = case.build()
     except TypeError as e:
-        print(json.dumps({"stage": "construct", "error": str(e)}))
+        print(json.dumps({"case": name, "stage": "construct", "error": str(e)}), flush=True)
         return
     try:
         result = module(*case.call_args(), launch_dims=4)
-        print(json.dumps({"stage": "call", "result": [[float(v) for v in r] for r in result]}))
+        print(
+            json.dumps({"case": name, "stage": "call", "result": [[float(v) for v in r] for r in result]}), flush=True
+        )
     except Exception as e:  # a refusal this late is still a defect (the test says so), but no crash
-        print(json.dumps({"stage": "call", "error": f"{type(e).__name__}: {e}"}))
+        print(json.dumps({"case": name, "stage": "call", "error": f"{type(e).__name__}: {e}"}), flush=True)
 
 
 if __name__ == "__main__":
-    run_case(sys.argv[1])
+    for arg in sys.argv[1:]:  # in order: the test runs the cases after a crash in a new process
+        run_case(arg)

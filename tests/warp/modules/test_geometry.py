@@ -467,13 +467,16 @@ def test_a_model_holding_a_mesh_serialises_its_leaves() -> None:
 
 
 def test_the_geometry_kernels_and_their_vertex_variants_compile_for_cuda(tmp_path: Path) -> None:
-    # NVRTC, no driver: the query kernels, and the variant the reverse pass launches, build for sm_80 and sm_90
-    paths = compile_aot(kg, arch=(80, 90), module_dir=tmp_path / "queries")
-    assert sorted(paths) == [80, 90]
+    # NVRTC, no driver: the query kernels build for sm_90 and the variant the reverse pass launches for sm_80 (one
+    # architecture each: what differs between them is Warp's, and every geometry build by NVRTC takes seconds; the
+    # suite's other kernels build for both in tests/warp/cuda/test_gpu.py)
+    paths = compile_aot(kg, arch=90, module_dir=tmp_path / "queries")
+    assert sorted(paths) == [90]
     assert all(p.exists() for p in paths.values())
     variant = _geometry_variants.vertex_reads(kg.markers)
     assert variant is not kg.markers
-    paths = compile_aot(variant, arch=(80, 90), module_dir=tmp_path / "variant")
+    paths = compile_aot(variant, arch=80, module_dir=tmp_path / "variant")
+    assert sorted(paths) == [80]
     assert all(p.exists() for p in paths.values())
 
 

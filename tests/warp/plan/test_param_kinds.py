@@ -32,40 +32,42 @@ from tests.support.kernels_kinds import CASES
 from tests.support.paths import REPO
 
 TIMEOUT = 240
-_children: dict[str, subprocess.Popen] = {}
 
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, tuple[int, str, str]]:
-    """``(returncode, stdout, stderr)`` of one child process per case, all started at once."""
+    """``(returncode, outcome line, stderr)`` of each case, run one after another in a child process.
+
+    A case that crashes its child (the defect these tests guard against) gets that child's exit code and output;
+    the cases after it run in a new child, so each case is judged on its own.
+    """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env["JAX_PLATFORMS"] = "cpu"
-    for name in CASES:
-        _children[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.kernels_kinds", name],
+    results: dict[str, tuple[int, str, str]] = {}
+    pending = list(CASES)
+    deadline = time.monotonic() + TIMEOUT
+    while pending:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.kernels_kinds", *pending],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-    results = {}
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for name, proc in _children.items():
-            try:
-                stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                stdout, stderr = proc.communicate()
-                stderr += f"\nHUNG: killed after {TIMEOUT} s"
-            results[name] = (proc.returncode, stdout, stderr)
-    finally:
-        for proc in _children.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        _children.clear()
+        try:
+            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            stderr += f"\nHUNG: killed after {TIMEOUT} s"
+        for line in stdout.splitlines():
+            if line.startswith("{"):
+                outcome = json.loads(line)
+                results[outcome["case"]] = (0, line, stderr)
+        pending = [name for name in pending if name not in results]
+        if pending:  # the child ended inside the first case without an outcome: that case's result
+            results[pending.pop(0)] = (proc.returncode or -1, stdout, stderr)
     return results
 
 
