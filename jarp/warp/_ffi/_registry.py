@@ -137,17 +137,17 @@ class _Registry:
         plan = self._by_text.get(text)
         if plan is None:
             read = _content.read_text(text)
-            if isinstance(read, _content.LocalName):
-                if read.process != _LOCAL:
-                    raise _content.ContentError(
-                        "not_found",
-                        f"this call was compiled in another process and cannot be rebuilt here: {read.why}",
-                    )
+            if not isinstance(read, _content.LocalName):
+                plan = read
+            elif read.process != _LOCAL:
+                raise _content.ContentError(
+                    "not_found", f"this call was compiled in another process and cannot be rebuilt here: {read.why}"
+                )
+            else:
                 try:
-                    read = self.plan(read.handle)
+                    plan = self.plan(read.handle)
                 except ReleasedPlanError as e:
                     raise _content.ContentError("not_found", str(e)) from None
-            plan = read
             self._by_text[text] = plan
         # Not a safe point: XLA may run the instantiate stage on a thread of its own while the thread that compiles
         # holds the executors' lock (a callable's first run compiling a nested jarp call), and releasing plans

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from ._syntax import first_function, index_names, parse_module, store_targets, stored_array, tid_assignment
+from ._syntax import index_names, parse_function, parse_module, store_targets, stored_array, tid_assignment
 
 
 @functools.lru_cache(maxsize=1024)
@@ -38,8 +38,7 @@ def overwritten_outputs(source: str, output_names: tuple[str, ...]) -> dict[str,
         ``{output name: number of thread index names}`` for each provably overwritten
         output; empty for source it cannot parse or prove.
     """
-    tree = parse_module(source)
-    fn = first_function(tree) if tree is not None else None
+    fn = parse_function(source)
     if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return {}
     tid_names: tuple[str, ...] | None = None

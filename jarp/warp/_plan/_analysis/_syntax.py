@@ -21,6 +21,12 @@ def first_function(tree: ast.Module) -> ast.FunctionDef | None:
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
 
 
+def parse_function(source: str) -> ast.FunctionDef | None:
+    """The function ``source`` defines, parsed; None where it does not parse or defines none."""
+    tree = parse_module(source)
+    return first_function(tree) if tree is not None else None
+
+
 def tid_assignment(stmt: ast.stmt) -> tuple[str, ...] | None:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
         return None

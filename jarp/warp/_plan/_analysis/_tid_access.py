@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from ._syntax import attribute_path, first_function, parse_module, tid_assignment, tid_derived
+from ._syntax import attribute_path, parse_function, tid_assignment, tid_derived
 
 
 @functools.lru_cache(maxsize=1024)
@@ -23,8 +23,7 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
     Returns:
         The accesses, in order of appearance, without repeats; none for a kernel it cannot read or prove.
     """
-    tree = parse_module(source)
-    fn = first_function(tree) if tree is not None else None
+    fn = parse_function(source)
     if fn is None or any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return ()
     tid_names = next((t for t in map(tid_assignment, fn.body) if t is not None), None)

@@ -104,25 +104,20 @@ def _codegen_at(kernel: wp.Kernel, version: tuple[Any, ...]) -> _warp_internals.
     return _warp_internals.codegen_record(kernel)
 
 
-def _codegen(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
-    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), once per version."""
-    return _codegen_at(kernel, _version(kernel))
-
-
 def codegen_record(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
     """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), generated once per
     version of the constants it reads."""
-    return _codegen(kernel)
+    return _codegen_at(kernel, _version(kernel))
 
 
 def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
     """The C++ forward code Warp generates for ``kernel`` and each ``@wp.func`` it calls (`CodegenRecord`)."""
-    return _codegen(kernel).forward_code
+    return codegen_record(kernel).forward_code
 
 
 def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
     """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`)."""
-    return _codegen(kernel).access
+    return codegen_record(kernel).access
 
 
 @weak_cache
@@ -131,7 +126,7 @@ def _kernel_writes(kernel: wp.Kernel, specialise: bool, version: tuple[Any, ...]
     types: dict[str, Any] = {}
     for label, warp_type in params:
         _add_types(types, label, warp_type, 0)
-    context = _Context(types, specialise, _codegen(kernel).value_locals)
+    context = _Context(types, specialise, codegen_record(kernel).value_locals)
     with _names.reading_constants() as read:
         found = _function_writes(kernel, {label: {label} for label, _ in params}, {}, context, 0)
     _constants_read(kernel).update(read)
