@@ -60,6 +60,7 @@ def test_spring_kernels_match_a_jax_reference() -> None:
     v = jnp.asarray(rng.standard_normal(x.shape))
     edges, k, rest = net.edges, net.spring_constants(), net.rest_length
 
+    @jax.jit  # compiled once per transformation (op by op it takes seconds)
     def reference(x: jax.Array) -> jax.Array:
         d = x[edges[:, 0]] - x[edges[:, 1]]
         s = jnp.sqrt(jnp.sum(d * d, axis=-1)) - rest
@@ -98,7 +99,7 @@ def _dense_implicit_gradient(net: ModuleType, x: jax.Array, x_obs: jax.Array, mi
     import jax
     import jax.numpy as jnp
 
-    energy = _reference_energy(net)
+    energy = jax.jit(_reference_energy(net))  # compiled once per transformation (op by op it takes seconds)
     free = net.free.reshape(-1).astype(bool)
     n = x.size
     hessian = jax.hessian(energy)(x, net.log_stiffness).reshape(n, n)[np.ix_(free, free)]
@@ -119,7 +120,7 @@ def test_equilibrium_and_implicit_gradient_match_a_dense_reference() -> None:
     x_obs, newton_steps = ex.solve_equilibrium(true_net, true_net.rest_positions)
     assert 2 <= int(newton_steps) < true_net.options.max_newton
     # The root is an equilibrium of the plain-JAX energy, with the pinned nodes at rest.
-    force = jax.grad(_reference_energy(true_net))(x_obs, true_net.log_stiffness)
+    force = jax.jit(jax.grad(_reference_energy(true_net)))(x_obs, true_net.log_stiffness)
     stop = true_net.options.tol * float(jnp.max(jnp.abs(true_net.load)))  # the documented stopping test
     assert float(jnp.max(jnp.abs(true_net.free * force))) <= stop
     np.testing.assert_array_equal((1 - true_net.free) * x_obs, (1 - true_net.free) * true_net.rest_positions)

@@ -174,22 +174,18 @@ def main() -> None:
                     except Exception as e:
                         prepared[label] = {"forward": f"{type(e).__name__}: {str(e)[:160]}"}
     checks = jw.check_cuda_launches()
+    kinds = {info.handle: info.kind for info in jw.list_plans()}  # one listing: it describes every plan
     sys.stdout.write("\nRESULT ")  # Warp logs to stdout: the result is the last line
     json.dump(
         {
             "prepared": prepared,
             "checks": [
-                {"name": c.name, "entry": c.entry, "ok": c.ok, "nparams": len(c.compiled), "kind": _kind(c.handle)}
+                {"name": c.name, "entry": c.entry, "ok": c.ok, "nparams": len(c.compiled), "kind": kinds[c.handle]}
                 for c in checks
             ],
         },
         sys.stdout,
     )
-
-
-def _kind(handle: int) -> str:
-    (info,) = [i for i in jw.list_plans() if i.handle == handle]
-    return info.kind
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ WARP_TEST_MODULE = "warp.tests.interop.test_jax"
 WARP_TEST_CASE = "TestJax"
 #: Environment variable that makes the generated ``sitecustomize`` install jarp's entry points.
 PATCH_ENV = "JARP_WARP_SUITE_PATCH"
+#: Environment variable holding the suite's ``WARP_CACHE_PATH`` (empty: Warp's default), restored in grandchildren.
+CACHE_ENV = "JARP_WARP_SUITE_CACHE"
 #: Environment variable naming the file every call of a replaced entry point appends a line to (in any process).
 CALL_LOG_ENV = "JARP_WARP_SUITE_CALL_LOG"
 
@@ -55,6 +57,14 @@ _SITECUSTOMIZE = """\
 import os
 if os.environ.get({env!r}):
     import sys
+    # Warp's subprocess test points its grandchildren at an empty kernel cache; give them the suite's own, so they
+    # load what the suite built instead of compiling every module again (the checks do not depend on the cache)
+    cache = os.environ.get({cache_env!r})
+    if cache is not None:
+        if cache:
+            os.environ["WARP_CACHE_PATH"] = cache
+        else:
+            os.environ.pop("WARP_CACHE_PATH", None)
     sys.path.insert(0, {root!r})
     from tests.support.warp_suite_runner import install_jarp_entry_points
     install_jarp_entry_points()
@@ -319,6 +329,7 @@ def child_environment(sitecustomize_dir: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "CUDA_VISIBLE_DEVICES": "",
             PATCH_ENV: "1",
+            CACHE_ENV: env.get("WARP_CACHE_PATH", ""),
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), sitecustomize_dir, env.get("PYTHONPATH", "")) if p),
         }
     )
@@ -345,7 +356,9 @@ def run_suite(names: Iterable[str] = (), timeout: float = 240.0) -> SuiteRun:
     names = list(names)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jarp-warp-suite-") as tmp:
-        (pathlib.Path(tmp) / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(env=PATCH_ENV, root=str(REPO)))
+        (pathlib.Path(tmp) / "sitecustomize.py").write_text(
+            _SITECUSTOMIZE.format(env=PATCH_ENV, cache_env=CACHE_ENV, root=str(REPO))
+        )
         output = pathlib.Path(tmp) / "results.jsonl"
         output.touch()
         env = child_environment(tmp)

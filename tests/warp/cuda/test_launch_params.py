@@ -137,13 +137,14 @@ def _lower_scale(keep: list[Any], *, grad: bool = False) -> None:
     keep.append(jax.jit(g).trace(jnp.ones(8, jnp.float32)).lower(lowering_platforms=("cuda",)))
 
 
-def _handles(name: str) -> list[int]:
-    return [i.handle for i in jw.list_plans() if i.kernel == name]
+def _handles(kernel: wp.Kernel) -> list[int]:
+    # by identity: other test files define kernels of the same names, and a worker may have run them first
+    return [i.handle for i in jw.list_plans() if i.target is kernel]
 
 
 def test_a_forward_and_a_backward_launch_pass_the_parameters_of_their_entry_points(lowered: list[Any]) -> None:
     _lower_scale(lowered, grad=True)
-    checks = jw.check_cuda_launches(_handles("scale_kernel"))
+    checks = jw.check_cuda_launches(_handles(k.scale_kernel))
     by_kind = {c.entry.rsplit("_", 1)[-1]: c for c in checks}
     assert set(by_kind) == {"forward", "backward"}
     fwd, bwd = by_kind["forward"], by_kind["backward"]
@@ -167,7 +168,7 @@ def test_a_launch_that_passes_other_parameters_than_the_compiled_kernel_is_an_er
 
     monkeypatch.setattr(_arg_blocks, "plan_cuda_params", one_short)
     with pytest.raises(jw.CudaLaunchMismatchError) as info:
-        jw.check_cuda_launches(_handles("scale_kernel"))
+        jw.check_cuda_launches(_handles(k.scale_kernel))
     message = str(info.value)
     assert "jax_kernel(scale_kernel)" in message
     assert "declares 4 parameters of [24, 56, 4, 56] bytes, but jarp's launch passes 3" in message
@@ -200,4 +201,4 @@ def test_the_check_catches_the_hidden_parameters_of_a_deterministic_kernel(
     f = jax.jit(lambda a: triple(a)[0])
     lowered.append(f.trace(jnp.ones(4, jnp.float32)).lower(lowering_platforms=("cuda",)))
     with pytest.raises(jw.CudaLaunchMismatchError, match=r"triple_kernel_\w+_cuda_kernel_forward .* declares 7"):
-        jw.check_cuda_launches(_handles("triple_kernel"))
+        jw.check_cuda_launches(_handles(kd.triple_kernel))

@@ -31,7 +31,9 @@ from jarp.warp._ffi import _native, _threads
 from tests.support.kernels_tiles import tile_copy
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.launch_paths
+# The launches run again on the Python path (which never splits: ``pooled == 0`` there); the settings do not depend
+# on the path, so their tests (the first section, several starting a process) run once.
+both_paths = pytest.mark.launch_paths
 
 NATIVE = os.environ.get(_native.ENV, "native") != "python"
 
@@ -141,6 +143,7 @@ def test_a_bad_environment_variable_names_itself() -> None:
 # -- batch slices --
 
 
+@both_paths
 @settings(max_examples=8, deadline=None)
 @given(
     batch=st.integers(2, 9),
@@ -167,6 +170,7 @@ def test_threaded_batch_slices_are_bit_identical_to_one_thread(batch: int, extra
     np.testing.assert_allclose(many, ref, rtol=2e-5, atol=2e-5)
 
 
+@both_paths
 def test_two_batch_dims_and_a_2d_launch_are_bit_identical(restore_threads: None) -> None:
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.standard_normal((3, 4, 64, 50)), jnp.float32)
@@ -179,6 +183,7 @@ def test_two_batch_dims_and_a_2d_launch_are_bit_identical(restore_threads: None)
     np.testing.assert_allclose(many, np.cos(np.asarray(x)) * np.asarray(x) + j, rtol=1e-6, atol=1e-6)
 
 
+@both_paths
 def test_the_adjoint_of_a_batched_call_is_bit_identical(restore_threads: None) -> None:
     rng = np.random.default_rng(2)
     x = jnp.asarray(rng.standard_normal((8, 6000)), jnp.float32)
@@ -195,6 +200,7 @@ def test_the_adjoint_of_a_batched_call_is_bit_identical(restore_threads: None) -
     assert pooled >= (1 if NATIVE else 0)
 
 
+@both_paths
 def test_a_small_call_stays_on_the_calling_thread(restore_threads: None) -> None:
     x = jnp.ones((4, 100), jnp.float32)
     w = jnp.ones(100, jnp.float32)
@@ -203,6 +209,7 @@ def test_a_small_call_stays_on_the_calling_thread(restore_threads: None) -> None
     assert pooled == 0
 
 
+@both_paths
 def test_a_cap_of_one_keeps_every_call_on_the_calling_thread(restore_threads: None) -> None:
     x = jnp.ones((8, 10_000), jnp.float32)
     w = jnp.ones(10_000, jnp.float32)
@@ -227,6 +234,7 @@ def _items() -> int:
     return native.pool_stats()[1] if native is not None else 0
 
 
+@both_paths
 @settings(max_examples=6, deadline=None)
 @given(size=st.integers(2 * _threads.MIN_RANGE, 5 * _threads.MIN_RANGE), seed=st.integers(0, 2**31 - 1))
 def test_a_race_free_launch_split_into_ranges_is_bit_identical(size: int, seed: int) -> None:
@@ -248,6 +256,7 @@ def test_a_race_free_launch_split_into_ranges_is_bit_identical(size: int, seed: 
     assert (items >= 2) == split  # one launch, several index ranges
 
 
+@both_paths
 def test_a_2d_launch_splits_over_its_flat_index(restore_threads: None) -> None:
     rng = np.random.default_rng(6)
     x = jnp.asarray(rng.standard_normal((300, 257)), jnp.float32)  # ranges end mid-row
@@ -259,6 +268,7 @@ def test_a_2d_launch_splits_over_its_flat_index(restore_threads: None) -> None:
     np.testing.assert_allclose(many, np.cos(np.asarray(x)) * np.asarray(x) + j, rtol=1e-6, atol=1e-6)
 
 
+@both_paths
 def test_a_batched_race_free_launch_splits_slices_and_ranges(restore_threads: None) -> None:
     rng = np.random.default_rng(7)
     x = jnp.asarray(rng.standard_normal((2, 4 * _threads.MIN_RANGE)), jnp.float32)
@@ -337,6 +347,7 @@ def test_calls_from_several_threads_share_lingering_helpers_correctly(linger: Ca
 # -- kernels that must stay on one thread --
 
 
+@both_paths
 def test_an_accumulating_kernel_splits_with_private_copies_and_stays_exact(restore_threads: None) -> None:
     rng = np.random.default_rng(3)
     # Values whose float32 sums are exact in any order, so the check does not depend on the order of the atomics.
@@ -351,6 +362,7 @@ def test_an_accumulating_kernel_splits_with_private_copies_and_stays_exact(resto
     np.testing.assert_array_equal(many, expected.astype(np.float32))
 
 
+@both_paths
 def test_batched_atomic_slices_run_concurrently_each_in_order(restore_threads: None) -> None:
     rng = np.random.default_rng(4)
     # sums depend on order: bit-identity is strict (slices too short to be split into ranges themselves)
@@ -362,6 +374,7 @@ def test_batched_atomic_slices_run_concurrently_each_in_order(restore_threads: N
     assert pooled == (1 if NATIVE else 0)
 
 
+@both_paths
 def test_a_tile_kernel_stays_on_one_thread(restore_threads: None) -> None:
     # Warp's CPU tiles keep their scratch storage in one global of the module: two launches at once would share it.
     x = jnp.asarray(np.random.default_rng(5).standard_normal((4, 8 * 8192)), jnp.float32)
@@ -393,6 +406,7 @@ def test_the_cap_reaches_a_fresh_process_handler() -> None:
     assert proc.stdout.strip().splitlines()[-1] == "0"
 
 
+@both_paths
 def test_a_ranged_entry_that_fails_to_build_leaves_the_launch_whole(
     monkeypatch: pytest.MonkeyPatch, restore_threads: None
 ) -> None:

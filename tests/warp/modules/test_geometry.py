@@ -11,7 +11,6 @@ import io
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -466,16 +465,17 @@ def test_a_model_holding_a_mesh_serialises_its_leaves() -> None:
 # -- CUDA ----------------------------------------------------------------------------------------------------------
 
 
-def test_the_geometry_kernels_and_their_vertex_variants_compile_for_cuda(tmp_path: Path) -> None:
+def test_the_geometry_kernels_and_their_vertex_variants_compile_for_cuda() -> None:
     # NVRTC, no driver: the query kernels build for sm_90 and the variant the reverse pass launches for sm_80 (one
     # architecture each: what differs between them is Warp's, and every geometry build by NVRTC takes seconds; the
-    # suite's other kernels build for both in tests/warp/cuda/test_gpu.py)
-    paths = compile_aot(kg, arch=90, module_dir=tmp_path / "queries")
+    # suite's other kernels build for both in tests/warp/cuda/test_gpu.py). Into Warp's kernel cache, by the
+    # modules' hashes: a later run finds the binaries built from this code and skips NVRTC.
+    paths = compile_aot(kg, arch=90)
     assert sorted(paths) == [90]
     assert all(p.exists() for p in paths.values())
     variant = _geometry_variants.vertex_reads(kg.markers)
     assert variant is not kg.markers
-    paths = compile_aot(variant, arch=80, module_dir=tmp_path / "variant")
+    paths = compile_aot(variant, arch=80)
     assert sorted(paths) == [80]
     assert all(p.exists() for p in paths.values())
 
