@@ -1,4 +1,4 @@
-"""``python -m jarp``: the environment report for bug reports, run in a fresh process."""
+"""``python -m jarp``: the environment report for bug reports, run in a fresh process (forked: `tests.support.forked`)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import forked
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("JAX_ENABLE_X64", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "jarp", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = forked.run([sys.executable, "-m", "jarp", *args], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     return proc
 

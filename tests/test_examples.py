@@ -1,16 +1,17 @@
 """The runnable examples work end to end: examples/ on a tiny problem, and the code blocks of the README and docs.
 
-Each runs in a subprocess, so its JAX settings stay its own (the suite's conftest makes promotion strict), and Warp
-can read the kernels' source from a real file.
+Each runs in a process of its own (forked: `tests.support.forked`), so its JAX settings stay its own (the suite's
+conftest makes promotion strict), and Warp can read the kernels' source from a real file.
 """
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -28,14 +29,7 @@ FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def run_python(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "JAX_ENABLE_X64": "0"},
-        check=False,
-    )
+    proc = forked.run([sys.executable, *args], timeout=600, env={**os.environ, "JAX_ENABLE_X64": "0"})
     assert proc.returncode == 0, f"{args} exited with {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

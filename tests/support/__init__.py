@@ -45,6 +45,8 @@ Test machinery:
 
 * ``examples.py``: importing an example script as a module and running a fit end to end (``test_flagship.py``,
   ``test_hyperelastic.py``).
+* ``forked.py``: child processes forked from a server that imported NumPy, JAX, Warp and Equinox once
+  (``subprocess.run``/``Popen``-like; ``JARP_TESTS_FORK=0`` starts them afresh), checked by ``test_forked_children.py``.
 * ``geometry.py``: the geometry tests' scene (a height field and downward rays) and its NumPy references.
 * ``gpu.py``: whether a CUDA device is visible, the ``requires_gpu`` mark and the ``cuda_device`` fixture.
 * ``hostile.py``: the case table, hypothesis settings and checks shared by the hostile-input tests.

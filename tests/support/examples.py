@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from . import forked
 from .paths import REPO
 
 
@@ -29,24 +29,21 @@ def load_example(path: Path, name: str) -> ModuleType:
 def run_fit(
     script: Path, *args: str, out: Path, error: str, max_error: float, loss_drop: float, files: tuple[str, ...]
 ):
-    """Run a fitting example in a fresh interpreter and check what it reports and writes.
+    """Run a fitting example in a fresh interpreter (forked: `tests.support.forked`) and check what it reports and writes.
 
     The example must reach ``final < loss_drop * initial`` ("loss: initial A -> final B"), a max relative
     ``error`` below ``max_error`` ("<error>: max relative E"), round-trip its saved model, and write ``files``
     (the last a PNG) into ``out``. It runs float32 by default (the example turns float64 on by itself) and
     imports this checkout's jarp (``PYTHONPATH``), not an installed one.
     """
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, str(script), *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
         timeout=600,
         env={
             **os.environ,
             "JAX_ENABLE_X64": "0",
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         },
-        check=False,
     )
     text = proc.stdout
     assert proc.returncode == 0, f"exit {proc.returncode}\n{text}\n{proc.stderr}"

@@ -2,7 +2,6 @@
 
 import gc
 import os
-import subprocess
 import sys
 import threading
 
@@ -15,6 +14,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry, _target
 from jarp.warp._plan._content import ABI_VERSION
+from tests.support import forked
 from tests.support import kernels as k
 from tests.support.lowered import custom_calls
 from tests.support.paths import REPO
@@ -108,14 +108,7 @@ def test_registered_once():
 
 def test_pmap_shard_map_and_sharded_jit_on_four_cpu_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.multi_device_script"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = forked.run([sys.executable, "-m", "tests.support.multi_device_script"], env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "multi-device ok" in proc.stdout
 
@@ -164,13 +157,8 @@ def test_compiled_calls_are_the_same_in_every_process():
     assert "local" not in call["description"], call["desc"]  # a module-level kernel: resolvable anywhere
     assert _registry.registry.plan(call["plan"]).target is k.triple_kernel
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    other = subprocess.run(
-        [sys.executable, "-c", _LOWER_TRIPLE + "print('=' * 8, text, sep='\\n')"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    other = forked.run(
+        [sys.executable, "-c", _LOWER_TRIPLE + "print('=' * 8, text, sep='\\n')"], cwd=REPO, env=env, timeout=300
     )
     assert other.returncode == 0, other.stderr[-3000:]
     assert other.stdout.split("=" * 8 + "\n", 1)[1].strip() == text.strip()  # after Warp's module-load lines

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -25,6 +24,7 @@ import warp as wp
 
 from jarp.warp._ffi._native import _ranged as rg
 from jarp.warp._upstream import _warp_internals as wi
+from tests.support import forked
 from tests.support import kernels_ranged as kr
 from tests.support.paths import REPO
 
@@ -310,9 +310,7 @@ def test_a_fresh_process_loads_the_companion_from_disk() -> None:
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "LOADED-FROM-DISK" in proc.stdout, proc.stderr[-4000:]
 

@@ -29,6 +29,7 @@ from jax.experimental import serialize_executable
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _target
 from jarp.warp._ffi._registry import registry
+from tests.support import forked
 from tests.support import kernels as k
 from tests.support.lowered import custom_calls
 from tests.support.paths import REPO
@@ -39,16 +40,9 @@ _TIMEOUT = 300
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in a fresh interpreter from the repository root (so it imports this checkout's jarp)."""
+    """Run ``script`` in a fresh interpreter (forked: `tests.support.forked`) from the repository root (so it imports this checkout's jarp)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=_TIMEOUT,
-    )
+    return forked.run([sys.executable, "-c", textwrap.dedent(script), *args], cwd=REPO, env=env, timeout=_TIMEOUT)
 
 
 def _died(proc: subprocess.CompletedProcess[str]) -> str:

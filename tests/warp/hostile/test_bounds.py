@@ -2,10 +2,10 @@
 
 What jarp mostly cannot catch: Warp kernels index raw memory and Warp does no bounds checks on the CPU unless
 ``wp.config.mode == "debug"``. Each such call (an out-of-range gather index, a launch larger than the input, inputs of
-mismatched lengths, a launch whose rank differs from the kernel's ``wp.tid()``) runs in its own interpreter, and the
-tests check only that the process ends in time without taking the test run down. The calls jarp can refuse (an output
-smaller than the launch of a kernel that writes every thread's element, output dims whose element count overflows int64,
-dims too large for XLA or Warp) must raise a ``ValueError`` naming the option. The modules, their NumPy references and
+mismatched lengths, a launch whose rank differs from the kernel's ``wp.tid()``) runs in its own process (forked:
+`tests.support.forked`), and the tests check only that the process ends in time without taking the test run down.
+The calls jarp can refuse (an output smaller than the launch of a kernel that writes every thread's element, output
+dims whose element count overflows int64, dims too large for XLA or Warp) must raise a ``ValueError`` naming the option. The modules, their NumPy references and
 the checks are in ``tests/support/hostile.py``.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import pytest
 
+from tests.support import forked
 from tests.support.hostile import (
     CASES,
     ERRORS,
@@ -108,7 +109,7 @@ class Outcome:
         return f"exit code {self.returncode}\nstdout:\n{self.stdout[-2000:]}\nstderr:\n{self.stderr[-3000:]}"
 
 
-_running: dict[str, subprocess.Popen] = {}
+_running: dict[str, forked.Forked | subprocess.Popen[str]] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -120,13 +121,8 @@ def _start_scenarios(request):
         env["JAX_ENABLE_X64"] = "0"
         env["JAX_PLATFORMS"] = "cpu"
         for name, (setup, expr) in SCENARIOS.items():
-            _running[name] = subprocess.Popen(
-                [sys.executable, "-c", _PRELUDE.format(setup=setup, call=expr)],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            _running[name] = forked.start(
+                [sys.executable, "-c", _PRELUDE.format(setup=setup, call=expr)], cwd=REPO, env=env
             )
     yield
     for proc in _running.values():

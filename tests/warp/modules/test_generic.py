@@ -10,7 +10,6 @@ The generic kernels and factories come from ``tests/support/kernels64.py``; valu
 """
 
 import os
-import subprocess
 import sys
 
 import jax
@@ -20,6 +19,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
+from tests.support import forked
 from tests.support import kernels64 as k64
 from tests.support.paths import REPO
 
@@ -209,9 +209,7 @@ def test_new_overload_rebuilding_the_warp_module_keeps_earlier_launches_valid(tm
     script.write_text(_REBUILD_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("JAX_ENABLE_X64", None)
-    proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    proc = forked.run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=600)
     report = (
         f"exit code {proc.returncode} (-11 = segfault)\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-4000:]}"
     )

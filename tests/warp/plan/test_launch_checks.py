@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -32,6 +31,7 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _launch_checks
 from jarp.warp._plan._analysis import tid_indexed
 from jarp.warp._plan._content import content_text, rebuild
+from tests.support import forked
 from tests.support import kernels as k
 from tests.support import kernels_bounds as kb
 from tests.support.lowered import plan_handles
@@ -131,9 +131,7 @@ for n_points, n_cells, n_mu, launch in ((400, 5, 5, None), (6, 5, 2, 5)):
 def test_out_of_bounds_launches_end_as_errors_in_a_fresh_process() -> None:
     # Many more points than cells: unchecked, the threads past the cells read far out of bounds (it crashed).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    run = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False
-    )
+    run = forked.run([sys.executable, "-c", _SCRIPT], cwd=REPO, env=env, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith(("ran", "refused"))]
     assert len(lines) == 2, run.stdout
@@ -203,15 +201,7 @@ def test_bounds_checked_launches_turn_an_out_of_bounds_index_into_an_error(how: 
     # the process, and jarp's guard makes it an error naming the kernel. In a fresh process: were the guard gone,
     # the run would end there.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    run = subprocess.run(
-        [sys.executable, "-c", _BOUNDS_SCRIPT, how],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = forked.run([sys.executable, "-c", _BOUNDS_SCRIPT, how], cwd=REPO, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.split(" ", 1)[0] in _EXPECTED)
     assert lines == _EXPECTED, run.stdout + run.stderr[-2000:]

@@ -27,6 +27,7 @@ from jarp.warp._plan._arg_spec import arg_spec
 from jarp.warp._plan._signature import param_spec
 from jarp.warp._plan._struct_layout import struct_layout
 from jarp.warp._upstream import _warp_internals
+from tests.support import forked
 from tests.support import kernels_kinds as kk
 from tests.support.kernels_kinds import CASES
 from tests.support.paths import REPO
@@ -47,14 +48,7 @@ def outcomes() -> dict[str, tuple[int, str, str]]:
     pending = list(CASES)
     deadline = time.monotonic() + TIMEOUT
     while pending:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.kernels_kinds", *pending],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = forked.start([sys.executable, "-m", "tests.support.kernels_kinds", *pending], cwd=REPO, env=env)
         try:
             stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

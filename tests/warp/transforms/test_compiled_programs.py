@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support import forked
 from tests.support.paths import REPO, SUPPORT
 from tests.support.programs import X, expected, write_kernels
 
@@ -43,7 +43,7 @@ def run(mode: str, *args: Any, kernels: Path, launch: str = "native", no_import:
     for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
         env.pop(name, None)
     command = [sys.executable, str(SCRIPT), mode, *map(str, args), *(["--no-import"] if no_import else [])]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=kernels)
+    proc = forked.run(command, env=env, timeout=600, cwd=kernels)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
     assert proc.returncode == 0, f"{mode} child exited with {proc.returncode}:\n{tail}"
     lines = [line[4:] for line in proc.stdout.splitlines() if line.startswith(">>> ")]

@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import subprocess
 import sys
 
 import jax
@@ -12,6 +11,7 @@ import pytest
 from jarp.warp import jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan import _content
+from tests.support import forked
 from tests.support import kernels as k
 from tests.support.paths import REPO
 
@@ -23,13 +23,8 @@ def test_sharded_batches_run_where_they_live(partitioner: str) -> None:
     """Auto and explicit meshes: one and two batch dims, broadcast inputs, a callable, grad, an unbatched call; grad
     with an operand also sharded off the batch (explicit)."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.partition_script", partitioner],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = forked.run(
+        [sys.executable, "-m", "tests.support.partition_script", partitioner], env=env, cwd=REPO, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "partition ok" in proc.stdout
