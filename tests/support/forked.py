@@ -177,10 +177,7 @@ def run(
     """
     proc = start(args, env=env, cwd=cwd, input=input)
     try:
-        if isinstance(proc, subprocess.Popen):
-            out, err = proc.communicate(timeout=timeout)
-        else:
-            out, err = proc.communicate(timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -208,11 +205,12 @@ def _parse(args: Sequence[str]) -> tuple[str, str, list[str], bool] | None:
 
 
 def _server(env: Mapping[str, str]) -> _Server:
-    key = frozenset((k, v) for k, v in env.items() if k not in _APPLIED_IN_CHILD)
+    own = {k: v for k, v in env.items() if k not in _APPLIED_IN_CHILD}  # the server's environment names it
+    key = frozenset(own.items())
     with _servers_lock:
         server = _servers.get(key)
         if server is None or not server.alive():
-            server = _servers[key] = _Server({k: v for k, v in env.items() if k not in _APPLIED_IN_CHILD})
+            server = _servers[key] = _Server(own)
         return server
 
 
@@ -250,6 +248,7 @@ class _Server:
             self._proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(10)
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _send(conn: socket.socket, message: Any) -> None:
@@ -346,13 +345,11 @@ def _become(request: dict[str, Any]) -> None:
     kind, what, argv, unbuffered = request["plan"]
     env: dict[str, str] = request["env"]
     streams = Path(request["streams"])
-    for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+    write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", write), (2, "stderr", write)):
         opened = os.open(streams / name, flags, 0o600)
         os.dup2(opened, fd)
         os.close(opened)
-    opened = os.open(streams / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(opened, 2)
-    os.close(opened)
     unbuffered = unbuffered or bool(env.get("PYTHONUNBUFFERED"))
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     for fd, name in ((1, "stdout"), (2, "stderr")):
@@ -387,6 +384,5 @@ def _become(request: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     assert sys.argv[1] == "--serve", sys.argv
-    del sys.path[0]  # this file's directory: not on a fresh interpreter's path
-    sys.path.insert(0, "")
+    sys.path[0] = ""  # this file's directory is not on a fresh interpreter's path
     _become(_serve(sys.argv[2]))
