@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import forked
+from tests.support.paths import child_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     env.pop("JAX_ENABLE_X64", None)
     proc = forked.run([sys.executable, "-m", "jarp", *args], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"

@@ -17,7 +17,7 @@ from jarp.warp._plan._content import ABI_VERSION
 from tests.support import forked
 from tests.support import kernels as k
 from tests.support.lowered import custom_calls
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -156,7 +156,7 @@ def test_compiled_calls_are_the_same_in_every_process():
     assert call["abi"] == ABI_VERSION
     assert "local" not in call["description"], call["desc"]  # a module-level kernel: resolvable anywhere
     assert _registry.registry.plan(call["plan"]).target is k.triple_kernel
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     other = forked.run(
         [sys.executable, "-c", _LOWER_TRIPLE + "print('=' * 8, text, sep='\\n')"], cwd=REPO, env=env, timeout=300
     )

@@ -8,7 +8,6 @@ live in a companion object built from the source Warp compiled, cached on disk a
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import textwrap
 import threading
@@ -26,7 +25,7 @@ from jarp.warp._ffi._native import _ranged as rg
 from jarp.warp._upstream import _warp_internals as wi
 from tests.support import forked
 from tests.support import kernels_ranged as kr
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 _CPU = wp.get_device("cpu")
 _RANGED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
@@ -309,7 +308,7 @@ def test_a_fresh_process_loads_the_companion_from_disk() -> None:
         print("LOADED-FROM-DISK")
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "LOADED-FROM-DISK" in proc.stdout, proc.stderr[-4000:]

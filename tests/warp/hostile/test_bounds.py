@@ -12,7 +12,6 @@ the checks are in ``tests/support/hostile.py``.
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from tests.support.hostile import (
     _no_hang,  # noqa: F401 (autouse fixture)
     check_error,
 )
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -117,7 +116,7 @@ def _start_scenarios(request):
     """Start every scenario in its own interpreter when the module's first test runs (if any scenario test is
     selected), so that they run alongside one another and the in-process test; stop any still running at the end."""
     if any("scenarios" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = child_environment()
         env["JAX_ENABLE_X64"] = "0"
         env["JAX_PLATFORMS"] = "cpu"
         for name, (setup, expr) in SCENARIOS.items():

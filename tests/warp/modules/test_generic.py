@@ -9,7 +9,6 @@ in the default process and float64 ones in the ``x64`` process (``JAX_ENABLE_X64
 The generic kernels and factories come from ``tests/support/kernels64.py``; values are checked against NumPy.
 """
 
-import os
 import sys
 
 import jax
@@ -21,7 +20,7 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel
 from tests.support import forked
 from tests.support import kernels64 as k64
-from tests.support.paths import REPO
+from tests.support.paths import child_environment
 
 # ======================================================================================================================
 # arg_types_factory (JaxKernel)
@@ -207,7 +206,7 @@ print("REBUILD-OK")
 def test_new_overload_rebuilding_the_warp_module_keeps_earlier_launches_valid(tmp_path):
     script = tmp_path / "fresh_module_kernels.py"
     script.write_text(_REBUILD_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     env.pop("JAX_ENABLE_X64", None)
     proc = forked.run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=600)
     report = (

@@ -12,7 +12,6 @@ indexes with ``wp.tid()`` leaves that array's tail untouched: a `jarp.warp.Launc
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import textwrap
 import warnings
@@ -35,7 +34,7 @@ from tests.support import forked
 from tests.support import kernels as k
 from tests.support import kernels_bounds as kb
 from tests.support.lowered import plan_handles
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
@@ -130,7 +129,7 @@ for n_points, n_cells, n_mu, launch in ((400, 5, 5, None), (6, 5, 2, 5)):
 
 def test_out_of_bounds_launches_end_as_errors_in_a_fresh_process() -> None:
     # Many more points than cells: unchecked, the threads past the cells read far out of bounds (it crashed).
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     run = forked.run([sys.executable, "-c", _SCRIPT], cwd=REPO, env=env, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith(("ran", "refused"))]
@@ -200,7 +199,7 @@ def test_bounds_checked_launches_turn_an_out_of_bounds_index_into_an_error(how: 
     # A data-dependent index past the array: Warp's debug build checks it; on the CPU a failed check would abort
     # the process, and jarp's guard makes it an error naming the kernel. In a fresh process: were the guard gone,
     # the run would end there.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     run = forked.run([sys.executable, "-c", _BOUNDS_SCRIPT, how], cwd=REPO, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.split(" ", 1)[0] in _EXPECTED)

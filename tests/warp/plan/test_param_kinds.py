@@ -11,7 +11,6 @@ field), its kind and a plain ``wp.array`` as what to use instead.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from jarp.warp._upstream import _warp_internals
 from tests.support import forked
 from tests.support import kernels_kinds as kk
 from tests.support.kernels_kinds import CASES
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 TIMEOUT = 240
 
@@ -42,7 +41,7 @@ def outcomes() -> dict[str, tuple[int, str, str]]:
     A case that crashes its child (the defect these tests guard against) gets that child's exit code and output;
     the cases after it run in a new child, so each case is judged on its own.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = child_environment()
     env["JAX_PLATFORMS"] = "cpu"
     results: dict[str, tuple[int, str, str]] = {}
     pending = list(CASES)
