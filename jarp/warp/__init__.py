@@ -4,8 +4,9 @@ The files at this level are what users touch: the modules (`_kernel`, `_callable
 `_base`, their shared option fields `_option_fields`, the factories' module cache `_factory`), eager dispatch
 (`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
 built inside the call by `_geometry_builds`, routed by `_geometry_calls`), plan listing (`_inspect`) and
-generated source / ahead-of-time builds (`_codegen`). A call then flows down through the stages, one
-subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` checks it):
+generated source / ahead-of-time builds (`_codegen`), and the switch that points Warp's own bridge entry points at
+jarp's (`_bridge`). A call then flows down through the stages, one subpackage each, and no stage imports a higher
+one (`tests/warp/test_layout.py` checks it):
 
 - `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`), and its
   content text for compiled programs (`_plan/_content/`);
@@ -17,6 +18,10 @@ subpackage each, and no stage imports a higher one (`tests/warp/test_layout.py` 
 """
 
 from . import types as types
+from ._bridge import UnsupportedWarpOptionError as UnsupportedWarpOptionError
+from ._bridge import WarpPatch as WarpPatch
+from ._bridge import patch_warp as patch_warp
+from ._bridge import unpatch_warp as unpatch_warp
 from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
 from ._codegen import CudaLaunchCheck as CudaLaunchCheck
@@ -75,7 +80,9 @@ __all__ = [
     "Mesh",
     "ParamInfo",
     "PlanInfo",
+    "UnsupportedWarpOptionError",
     "Volume",
+    "WarpPatch",
     "check_cuda_launches",
     "compile_aot",
     "cpu_linger_us",
@@ -87,6 +94,7 @@ __all__ = [
     "jax_kernel",
     "kernel_source",
     "list_plans",
+    "patch_warp",
     "register_ffi_callback",
     "set_cpu_linger_us",
     "set_cpu_private_bytes",
@@ -94,6 +102,7 @@ __all__ = [
     "struct",
     "to_warp",
     "types",
+    "unpatch_warp",
 ]
 
 

@@ -47,7 +47,7 @@ class AbstractWarpModule(eqx.Module):
     """
 
     num_outputs: eqx.AbstractVar[int]
-    vmap_method: eqx.AbstractVar[str]
+    vmap_method: eqx.AbstractVar[str | None]
     output_dims: eqx.AbstractVar[Any]
     in_out_argnames: eqx.AbstractVar[tuple[str, ...]]
     module_preload_mode: eqx.AbstractVar[wp.JaxModulePreloadMode]

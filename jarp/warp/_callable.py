@@ -90,7 +90,8 @@ class JaxCallable(AbstractWarpModule):
             function synchronises with the host). The Warp-side capture modes are
             accepted for compatibility, warn once, and run like ``NONE``.
         vmap_method: ``"sequential"`` (default: one call per batch slice, all inside
-            one FFI call) or ``"broadcast_all"``.
+            one FFI call), ``"broadcast_all"``, or None: no batching rule, as in Warp's
+            bridge (the caller batches the call itself; ``jax.vmap`` over it is an error).
         output_dims: default dims of the pure outputs (int, tuple, or dict by name);
             otherwise the first array input's Warp shape.
         in_out_argnames: inputs updated in place and returned.
@@ -125,7 +126,7 @@ class JaxCallable(AbstractWarpModule):
     graph_mode: wp.JaxCallableGraphMode = eqx.field(
         static=True, default=wp.JaxCallableGraphMode.JAX, converter=wp.JaxCallableGraphMode
     )
-    vmap_method: str = eqx.field(static=True, default="sequential")
+    vmap_method: str | None = eqx.field(static=True, default="sequential")
     output_dims: Any = output_dims_field(_WHAT)
     in_out_argnames: tuple[str, ...] = in_out_argnames_field()
     # sets, as Warp stores them (its tests compare them with sets)

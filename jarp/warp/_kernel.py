@@ -127,7 +127,9 @@ class JaxKernel(AbstractWarpModule):
         vmap_method: ``"sequential"`` (default: every batch slice gets its own launch,
             all inside one FFI call; correct for any kernel) or ``"broadcast_all"``
             (fold the batch into the first launch dim, as Warp does; only correct for
-            elementwise kernels).
+            elementwise kernels), or None: no batching rule, as in Warp's bridge (the
+            caller batches the call itself, e.g. with ``jax.custom_batching.custom_vmap``;
+            ``jax.vmap`` over the call is an error).
         launch_dims: default launch dims; otherwise the first array input's Warp shape.
         output_dims: default dims of the pure outputs: an int, a tuple, or a dict by
             output name, with or without vector/matrix element dims. Otherwise the
@@ -161,6 +163,8 @@ class JaxKernel(AbstractWarpModule):
             does. On the CPU a block dim above 1 takes effect only with
             ``wp.config.enable_cpu_blocks = True``; otherwise each thread runs the whole
             tile alone. Each block dim is its own build of the kernel's module.
+        has_side_effect: keep the call even when its outputs are unused (as in Warp's
+            bridge: for a kernel that writes somewhere JAX does not see, or prints).
     """
 
     _what: ClassVar[str] = _WHAT
@@ -170,7 +174,7 @@ class JaxKernel(AbstractWarpModule):
     kernel: wp.Kernel = eqx.field(static=True)
     arg_types_factory: Callable[..., Any] | None = value_callable_field()
     num_outputs: int = eqx.field(static=True, default=1)
-    vmap_method: str = eqx.field(static=True, default="sequential")
+    vmap_method: str | None = eqx.field(static=True, default="sequential")
     launch_dims: tuple[int, ...] | None = eqx.field(static=True, default=None, converter=_optional_dims)
     output_dims: Any = output_dims_field(_WHAT)
     in_out_argnames: tuple[str, ...] = in_out_argnames_field()
@@ -179,6 +183,7 @@ class JaxKernel(AbstractWarpModule):
     jvp: Callable[..., Any] | None = value_callable_field()
     vjp: Callable[..., Any] | None = value_callable_field()
     block_dim: int | None = eqx.field(static=True, default=None, converter=_block_dim)
+    has_side_effect: bool = eqx.field(static=True, default=False, converter=bool)
     bounds_check: bool = eqx.field(static=True, default=False, converter=bool)
 
     def __check_init__(self) -> None:
@@ -306,7 +311,7 @@ class JaxKernel(AbstractWarpModule):
             bound,
             results,
             dims,
-            has_side_effect=False,
+            has_side_effect=self.has_side_effect,
             graph_compatible=True,
             name=f"jax_kernel({target.key})",
             block_dim=block_dim,
@@ -334,7 +339,7 @@ def jax_kernel(
         **options: the module's options (keyword only), described under `JaxKernel`:
             ``arg_types_factory``, ``num_outputs``, ``vmap_method``, ``launch_dims``,
             ``output_dims``, ``in_out_argnames``, ``module_preload_mode``,
-            ``enable_backward``, ``jvp``, ``vjp``, ``block_dim``.
+            ``enable_backward``, ``jvp``, ``vjp``, ``block_dim``, ``has_side_effect``, ``bounds_check``.
 
     Returns:
         A `JaxKernel`, or a decorator producing one when ``kernel`` is omitted.

@@ -19,7 +19,7 @@ class JaxKernelOptions(TypedDict, total=False):
 
     arg_types_factory: Callable[..., Any] | None
     num_outputs: int
-    vmap_method: VmapMethod
+    vmap_method: VmapMethod | None
     launch_dims: ShapeLike | None
     output_dims: ShapeLike | dict[str, ShapeLike] | None
     in_out_argnames: Iterable[str]
@@ -28,6 +28,7 @@ class JaxKernelOptions(TypedDict, total=False):
     jvp: Callable[..., Any] | None
     vjp: Callable[..., Any] | None
     block_dim: int | None
+    has_side_effect: bool
     bounds_check: bool
 
 
@@ -46,7 +47,7 @@ class JaxCallableOptions(TypedDict, total=False):
     generic: bool
     num_outputs: int
     graph_mode: GraphMode
-    vmap_method: VmapMethod
+    vmap_method: VmapMethod | None
     output_dims: ShapeLike | dict[str, ShapeLike] | None
     in_out_argnames: Iterable[str]
     stage_in_argnames: Iterable[str]

@@ -95,9 +95,9 @@ def _parse_hint(dtype: Any) -> _Hint:
         return _Hint(inner=inner, scalar=scalar, concrete=None, spec=dtype)
     if _dtypes.is_scalar(dtype):
         return _Hint(inner=(), scalar=dtype, concrete=dtype, spec=dtype)
-    if isinstance(dtype, type) and wp.types.type_is_composite(dtype):
+    if _dtypes.is_composite(dtype):
         return _Hint(
-            inner=_warp_internals.vector_shape(dtype),
+            inner=_dtypes.element_shape(dtype),
             scalar=_warp_internals.scalar_type(dtype),
             concrete=dtype,
             spec=dtype,
@@ -267,11 +267,11 @@ def _dtype_fits(actual: Any, hint: _Hint) -> bool:
     if hint.concrete is not None:
         return wp.types.types_equal(actual, hint.concrete)
     if hint.inner:
-        if not (wp.types.type_is_vector(actual) if len(hint.inner) == 1 else wp.types.type_is_matrix(actual)):
+        if not _dtypes.is_composite(actual) or len(_dtypes.element_shape(actual)) != len(hint.inner):
             return False
         if any(
             want is not None and want != have
-            for want, have in zip(hint.inner, _warp_internals.vector_shape(actual), strict=True)
+            for want, have in zip(hint.inner, _dtypes.element_shape(actual), strict=True)
         ):
             return False
         actual = _warp_internals.scalar_type(actual)

@@ -41,6 +41,11 @@ where a Warp module's options, its use of tiles or its name matter):
   of ``kernels_writes_helpers.py``): the kernels of the write check (``tests/warp/plan/test_writes.py``).
 * ``string_annotations.py``: kernels and callables written with ``from __future__ import annotations``.
 
+A package written as a third-party library would be:
+
+* ``bridge_library/``: a small rigid-body library written against Warp's bridge (``from warp import jax_callable``,
+  ``wp.jax_kernel`` at import time), run on both bridges by ``tests/warp/compat/test_bridge_switch.py``.
+
 Test machinery:
 
 * ``examples.py``: importing an example script as a module and running a fit end to end (``test_flagship.py``,
@@ -59,6 +64,8 @@ Test machinery:
 Scripts run in child processes, as modules from the repository root (``python -m tests.support.<name>``) or, for
 ``content_script.py`` and ``programs_script.py``, by path:
 
+* ``bridge_switch_script.py``: imports ``bridge_library`` fresh on Warp's bridge or after `jarp.warp.patch_warp`, runs
+  it and saves its states (``tests/warp/compat/test_bridge_switch.py``).
 * ``content_script.py``: writes or rebuilds plans' content text in a fresh process
   (``tests/warp/plan/test_content.py``).
 * ``cuda_launch_script.py``: every CUDA launch of the suite's kernels against its compiled kernel

@@ -37,7 +37,7 @@ warp_call_p.multiple_results = True
 class CallConfig:
     """Static options that travel with a plan through transformations."""
 
-    vmap_method: str = "sequential"
+    vmap_method: str | None = "sequential"
 
 
 def bind(plan: Plan, config: CallConfig, operands: Sequence[Any]) -> tuple[jax.Array, ...]:
@@ -170,6 +170,13 @@ ad.primitive_jvps[warp_call_p] = _not_differentiable
 
 
 def _batch(args: Sequence[Any], dims: Sequence[int | None], *, plan: Plan, config: CallConfig) -> Any:
+    if config.vmap_method is None:
+        raise ValueError(
+            f"{plan.name} was built with vmap_method=None, which gives it no batching rule (as in Warp's bridge), "
+            "and is being batched by jax.vmap. Batch the call yourself (jax.custom_batching.custom_vmap around it, "
+            "or a loop), build it with vmap_method='sequential' (correct for any kernel), or pass vmap_method="
+            "'sequential' to this call."
+        )
     size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
     args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
     mapped = [d is not None for d in dims]

@@ -182,16 +182,13 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
         dtype = warp_type.dtype
         if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":
             return ArgSpec(name, True, None, warp_type.ndim, (), in_out)
-        if wp.types.type_is_vector(dtype) or wp.types.type_is_matrix(dtype):
-            inner = _warp_internals.vector_shape(dtype)
-        elif wp.types.type_is_value(dtype):
-            inner = ()
-        else:
+        if not _dtypes.is_element(dtype):
             raise TypeError(
-                f"{what} parameter {name!r} is an array of {wp.types.type_repr(dtype)}; jarp passes arrays of "
-                "scalars, vectors or matrices only."
+                f"{what} parameter {name!r} is an array of {_dtype_name(dtype)}, which JAX cannot carry; jarp passes "
+                "arrays of Warp scalars and of their vectors, matrices, quaternions, transforms and spatial "
+                "vectors/matrices. Pass a struct's fields as separate arrays (or as a wp.struct of arrays)."
             )
-        return ArgSpec(name, True, dtype, warp_type.ndim, inner, in_out)
+        return ArgSpec(name, True, dtype, warp_type.ndim, _dtypes.element_shape(dtype), in_out)
     if _warp_internals.is_struct_type(warp_type):
         raise TypeError(
             f"{what} parameter {name!r}: a wp.struct's spec needs its layout (see `_signature.param_spec`)."

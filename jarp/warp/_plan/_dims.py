@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import _launch_checks
+from ._arg_spec import ArgSpec
 from ._binding import BoundCall
 from ._normalize import output_dims_for
 from ._values import Buffer
@@ -85,21 +86,31 @@ def result_buffers(
     """
     sig = bound.sig
     default_dims = None if default_dims is None else tuple(default_dims)  # a plain tuple, not `InferredLaunchDims`
-    buffers = [
-        Buffer(tuple(op.shape), np.dtype(op.dtype))
-        for spec, op in zip(bound.operand_specs, bound.operands, strict=True)
-        if spec.in_out
-    ]
-    if output_dims is not None and not sig.outputs:
-        raise ValueError(
-            f"{what}: output_dims was given, but the kernel has no pure outputs (its outputs are the in-out "
-            "arguments, shaped like their inputs); drop output_dims."
-        )
+    in_outs = {
+        spec.name: (spec, op) for spec, op in zip(bound.operand_specs, bound.operands, strict=True) if spec.in_out
+    }
+    buffers = [Buffer(tuple(op.shape), np.dtype(op.dtype)) for _, op in in_outs.values()]
     named = (
         dict(output_dims)
         if isinstance(output_dims, tuple) and output_dims and isinstance(output_dims[0], tuple)
         else None
     )
+    # As in Warp's bridge, dims given for an in-out argument are not used (it is shaped like its input); unlike
+    # Warp's bridge, dims that disagree with that shape are an error rather than silently ignored.
+    if named is not None:
+        for name in sorted(set(named) & set(in_outs)):
+            spec, op = in_outs[name]
+            _check_in_out_dims(spec, tuple(op.shape), named.pop(name), f"{what}: output_dims[{name!r}]")
+        named = named or None
+        output_dims = None if named is None else tuple(sorted(named.items()))
+    elif output_dims is not None and not sig.outputs:
+        for spec, op in in_outs.values():
+            _check_in_out_dims(
+                spec, tuple(op.shape), output_dims, f"{what}: output_dims (for in-out argument {spec.name!r})"
+            )
+        if not in_outs:
+            raise ValueError(f"{what}: output_dims was given, but the kernel has no outputs; drop output_dims.")
+        output_dims = None
     for spec in sig.outputs:
         if named is not None:
             if spec.name not in named:
@@ -130,7 +141,21 @@ def result_buffers(
         unknown = set(named) - {s.name for s in sig.outputs}
         if unknown:
             raise ValueError(
-                f"{what}: output_dims names {sorted(unknown)}, which are not pure outputs "
-                f"({[s.name for s in sig.outputs]})."
+                f"{what}: output_dims names {sorted(unknown)}, which are neither pure outputs "
+                f"({[s.name for s in sig.outputs]}) nor in-out arguments ({sorted(in_outs)})."
             )
     return buffers
+
+
+def _check_in_out_dims(spec: ArgSpec, shape: tuple[int, ...], dims: Any, what: str) -> None:
+    """Accept ``output_dims`` given for an in-out argument only where it is the argument's own shape (its Warp
+    dims, or its whole JAX shape): an in-out result is always shaped like its input."""
+    try:
+        wanted = tuple(int(d) for d in ((dims,) if isinstance(dims, int) else dims))
+    except TypeError:
+        raise TypeError(f"{what}: expected an int or a tuple of ints, got {dims!r}.") from None
+    if wanted not in (shape[: spec.warp_ndim], shape):
+        raise ValueError(
+            f"{what}: {spec.name!r} is an in-out argument, so its result has its input's shape {shape}, not "
+            f"{wanted}; drop its entry from output_dims (or give the input the shape you want)."
+        )

@@ -24,6 +24,8 @@ import ml_dtypes
 import numpy as np
 import warp as wp
 
+from .._upstream import _warp_internals
+
 _TO_NUMPY: dict[Any, np.dtype] = {
     wp.bool: np.dtype(np.bool_),
     wp.int8: np.dtype(np.int8),
@@ -77,6 +79,76 @@ def scalar_of(dtype: Any) -> Any:
         True
     """
     return getattr(dtype, "_wp_scalar_type_", dtype)
+
+
+def is_composite(dtype: Any) -> bool:
+    """Return whether `dtype` is one of Warp's composite value types over a scalar: a vector, matrix, quaternion,
+    transform, spatial vector or spatial matrix (Warp's own or made with `wp.types.vector`/`wp.types.matrix`).
+
+    Warp 1.19's `type_is_vector`/`type_is_matrix` are false for quaternions and transforms, which are neither; every
+    composite type has a shape (`_shape_`) and a scalar type, which is all the JAX side needs.
+
+    Example:
+        >>> is_composite(wp.quat), is_composite(wp.transformd), is_composite(wp.float32)
+        (True, True, False)
+    """
+    return isinstance(dtype, type) and bool(wp.types.type_is_composite(dtype)) and is_scalar(scalar_of(dtype))
+
+
+def is_element(dtype: Any) -> bool:
+    """Return whether `dtype` is a Warp type JAX can carry as an array element: a scalar or a composite of one."""
+    return is_scalar(dtype) or is_composite(dtype)
+
+
+def element_shape(dtype: Any) -> tuple[int, ...]:
+    """Return the trailing JAX dims of one element of a Warp scalar or composite type: the one source of truth.
+
+    A Warp array of `dtype` with Warp dims `(n, ...)` is a JAX array of shape `(n, ..., *element_shape(dtype))`
+    and dtype `to_numpy(dtype)`; a value parameter of `dtype` is a JAX value of shape `element_shape(dtype)`.
+
+    Args:
+        dtype: A Warp scalar type or a composite type over one (see `is_composite`).
+
+    Returns:
+        `()` for a scalar, `(3,)` for `wp.vec3`, `(3, 3)` for `wp.mat33`, `(4,)` for `wp.quat`, `(7,)` for
+        `wp.transform`, `(6,)` for `wp.spatial_vector`, `(6, 6)` for `wp.spatial_matrix`.
+
+    Raises:
+        TypeError: `dtype` is neither (a struct, an array, a Warp object type...).
+
+    Example:
+        >>> element_shape(wp.quatd), element_shape(wp.transform), element_shape(wp.types.matrix((2, 5), wp.float16))
+        ((4,), (7,), (2, 5))
+    """
+    if is_scalar(dtype):
+        return ()
+    if is_composite(dtype):
+        return _warp_internals.vector_shape(dtype)
+    raise TypeError(
+        f"{_type_name(dtype)} is not a Warp scalar or composite type (vector, matrix, quaternion, transform, spatial "
+        "vector or matrix), so it has no JAX element shape."
+    )
+
+
+def element_bytes(dtype: Any) -> int:
+    """Return the bytes of one element of a Warp scalar or composite type, as Warp lays it out.
+
+    Equal to `to_numpy(dtype).itemsize * prod(element_shape(dtype))` for every type JAX can carry (Warp packs a
+    composite's scalars with no padding); taken from Warp (`wp.types.type_size_in_bytes`), so a check of one
+    against the other catches a type whose JAX shape jarp would get wrong.
+
+    Example:
+        >>> element_bytes(wp.transformd), element_bytes(wp.float16)
+        (56, 2)
+    """
+    return int(wp.types.type_size_in_bytes(dtype))
+
+
+def _type_name(dtype: Any) -> str:
+    try:
+        return wp.types.type_repr(dtype)
+    except Exception:  # not a Warp type at all
+        return repr(dtype)
 
 
 def to_numpy(dtype: Any) -> np.dtype:

@@ -11,11 +11,10 @@ gradient check).
 from __future__ import annotations
 
 import ast
-import textwrap
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _python_ast, _warp_internals
 from ._analysis import _names
 from ._runtime_scalars import rebuild
 from ._weakcache import weak_cache
@@ -94,7 +93,7 @@ class _Replace(ast.NodeTransformer):
 @weak_cache(lock=_warp_internals.warp_lock)
 def vertex_reads(kernel: wp.Kernel) -> wp.Kernel:
     """``kernel`` (a concrete overload or variant), or its variant reading the vertices as arrays (see above)."""
-    tree = ast.parse(textwrap.dedent(_warp_internals.kernel_source(kernel)))
+    tree = _python_ast.parse(_warp_internals.kernel_source(kernel), dedent=True)
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     fn.decorator_list = []
     replace = _Replace(kernel.func, _names.local_names(fn))

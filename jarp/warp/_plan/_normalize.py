@@ -73,14 +73,17 @@ def output_dims_for(spec: ArgSpec, dims: tuple[int, ...], what: str) -> tuple[in
 
 
 FOLD_METHODS = ("broadcast_all", "expand_dims")
-VMAP_METHODS = ("sequential", *FOLD_METHODS)
+# None: no batching rule, as in Warp's bridge (a library that batches the call itself, e.g. with
+# jax.custom_batching.custom_vmap); vmap over such a call is a named error.
+VMAP_METHODS = ("sequential", *FOLD_METHODS, None)
 
 
-def check_vmap_method(value: Any, what: str) -> str:
+def check_vmap_method(value: Any, what: str) -> str | None:
     if value not in VMAP_METHODS:
         raise ValueError(
-            f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel) or "
-            "'broadcast_all' (fold the batch into the launch; only for elementwise kernels)."
+            f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel), "
+            "'broadcast_all' (fold the batch into the launch; only for elementwise kernels) or None (no batching "
+            "rule: the caller batches the call itself, as with Warp's bridge)."
         )
     return value
 

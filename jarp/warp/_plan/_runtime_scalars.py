@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
 import types
 import weakref
 from typing import Any
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _python_ast, _warp_internals
 from ._analysis import attribute_path
 from ._struct_layout import struct_layout
 from ._weakcache import weak_cache
@@ -141,7 +140,7 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     scalars = tuple(n for n in names if "." not in n)
     fields = tuple(n for n in names if "." in n)
     params = _warp_internals.kernel_params(kernel)
-    tree = ast.parse(textwrap.dedent(_warp_internals.kernel_source(kernel)))
+    tree = _python_ast.parse(_warp_internals.kernel_source(kernel), dedent=True)
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     fn.decorator_list = []
     if fields:

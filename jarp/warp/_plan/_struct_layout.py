@@ -56,6 +56,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
+from . import _dtypes
 from ._arg_spec import ArgSpec, arg_spec, array_kind_error
 
 
@@ -96,7 +97,7 @@ class StructLeaf:
         """Shape of a value field: ``()`` for a scalar, ``(n,)`` for a vector, ``(r, c)`` for a matrix."""
         if self.spec is not None:
             return self.spec.inner_shape
-        return tuple(int(d) for d in getattr(self.warp_type, "_shape_", ()))
+        return _dtypes.element_shape(self.warp_type) if _dtypes.is_composite(self.warp_type) else ()
 
     def phrase(self) -> str:
         if self.spec is not None:

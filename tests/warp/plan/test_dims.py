@@ -207,6 +207,35 @@ def test_in_out_argument(kind: Kind):
         np.testing.assert_array_equal(sums, init + matrix.sum(axis=1))
 
 
+@over_kinds
+def test_output_dims_for_an_in_out_argument_takes_warps_meaning(kind: Kind):
+    """As in Warp's bridge, dims given for an in-out argument are its input's shape (Warp dims or the whole JAX
+    shape), by name or as the one shape of a call with no pure outputs; other dims are an error naming it."""
+    matrix = jnp.arange(12, dtype=jnp.float32).reshape((3, 4))
+    init = jnp.array([10.0, -20.0, 30.0], jnp.float32)
+    expected = np.asarray(init) + np.asarray(matrix).sum(axis=1)
+    for dims in ({"sums": 3}, {"sums": (3,)}, 3, [3]):
+        for where in ("construction", "call"):
+            if where == "construction":
+                m = kind("rowsum", in_out_argnames=["sums"], output_dims=dims)
+                (sums,) = jax.jit(m)(matrix, init)
+            else:
+                m = kind("rowsum", in_out_argnames=["sums"])
+                (sums,) = jax.jit(partial(m, output_dims=dims))(matrix, init)
+            np.testing.assert_array_equal(sums, expected)
+    both = kind("rowsum_count", num_outputs=2, in_out_argnames=["sums"])
+    sums, counts = jax.jit(partial(both, output_dims={"sums": 3, "counts": 3}))(matrix, init)
+    np.testing.assert_array_equal(sums, expected)
+    np.testing.assert_array_equal(counts, np.full(3, 4.0, np.float32))
+    m = kind("rowsum", in_out_argnames=["sums"])
+    with pytest.raises(ValueError, match=r"output_dims\['sums'\].*in-out argument.*\(3,\)"):
+        m(matrix, init, output_dims={"sums": 5})
+    with pytest.raises(ValueError, match="in-out argument 'sums'"):
+        m(matrix, init, output_dims=(3, 4))
+    with pytest.raises(ValueError, match=r"names \['nope'\].*neither pure outputs"):
+        both(matrix, init, output_dims={"counts": 3, "nope": 2})
+
+
 @pytest.mark.launch_paths  # zero-fill is done by the native handler and by the Python executors
 @over_kinds
 def test_in_out_comes_first_and_pure_output_is_zero_filled(kind: Kind):

@@ -110,6 +110,34 @@ def test_default_vmap_property_reverse_and_gather(kind: Kind, batch, n, seed):
 # ======================================================================================================================
 
 
+@over_kinds
+def test_vmap_method_none_means_no_batching_rule(kind: Kind):
+    """``vmap_method=None`` is Warp's bridge's "no batching rule": an unbatched call runs, ``jax.vmap`` over it is an
+    error naming the module and what to do, a per-call method still batches it, and a ``custom_vmap`` rule that
+    calls it on the whole batch (as a library batching the call itself does) runs."""
+    add = kind("add", vmap_method=None)
+    a = jnp.arange(2 * N, dtype=jnp.float32).reshape((2, N))
+    (s,) = jax.jit(add)(a[0], a[1])
+    np.testing.assert_array_equal(s, np.asarray(a[0] + a[1]))
+    with pytest.raises(ValueError, match=r"vmap_method=None.*no batching rule.*custom_vmap"):
+        jax.vmap(add)(a, a)
+    (s,) = jax.vmap(partial(add, vmap_method="sequential"))(a, a)
+    np.testing.assert_array_equal(s, np.asarray(2 * a))
+
+    @jax.custom_batching.custom_vmap
+    def batched_add(x, y):
+        return add(x, y)[0]
+
+    @batched_add.def_vmap
+    def _rule(axis_size, in_batched, x, y):
+        del axis_size
+        assert all(in_batched)
+        flat = add(x.reshape(-1), y.reshape(-1))[0]  # the whole batch in one call
+        return flat.reshape(x.shape), True
+
+    np.testing.assert_array_equal(jax.jit(jax.vmap(batched_add))(a, a), np.asarray(2 * a))
+
+
 @pytest.mark.parametrize("method", ["broadcast_all", "expand_dims"])
 @pytest.mark.parametrize("where", ["construction", "call"])
 @over_kinds

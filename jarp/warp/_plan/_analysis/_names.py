@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _python_ast, _warp_internals
 from ._syntax import attribute_path
 
 MISSING = object()
@@ -262,7 +262,7 @@ def compiled_source(fn: Any) -> str:
     if tree is None:
         return source
     try:
-        fresh = ast.parse(ast.unparse(tree)).body[0]  # a private copy: Warp's tree is never changed
+        fresh = _python_ast.parse(ast.unparse(tree)).body[0]  # a private copy: Warp's tree is never changed
     except (SyntaxError, ValueError, TypeError, RecursionError):
         return source
     if not isinstance(fresh, ast.FunctionDef):

@@ -4,14 +4,15 @@ bindings and dotted names."""
 from __future__ import annotations
 
 import ast
-import textwrap
 from collections.abc import Iterable
+
+from ..._upstream import _python_ast
 
 
 def parse_module(source: str) -> ast.Module | None:
     """``source`` parsed (dedented), or None where it does not parse."""
     try:
-        return ast.parse(textwrap.dedent(source))
+        return _python_ast.parse(source, dedent=True)
     except (TypeError, SyntaxError, ValueError):
         return None
 
