@@ -87,8 +87,11 @@ class JaxCallable(AbstractWarpModule):
         graph_mode: CUDA graph capture. ``JAX`` (default) lets XLA capture the call
             in its command buffers (the function then runs inside
             ``wp.ScopedCapture(external=True)``, as in Warp's bridge); ``NONE`` keeps it out of graphs (use it when the
-            function synchronises with the host). The Warp-side capture modes are
-            accepted for compatibility, warn once, and run like ``NONE``.
+            function synchronises with the host). Warp's own capture modes (``WARP``,
+            ``WARP_STAGED``, ``WARP_STAGED_EX``: Warp captures the function's launches into
+            a CUDA graph and replays it) are captured by XLA instead, like ``JAX``: the
+            function's launches are recorded once into XLA's command buffer and replayed,
+            never launched from Python on every call; a warning at construction says so.
         vmap_method: ``"sequential"`` (default: one call per batch slice, all inside
             one FFI call), ``"broadcast_all"``, or None: no batching rule, as in Warp's
             bridge (the caller batches the call itself; ``jax.vmap`` over it is an error).
@@ -160,8 +163,10 @@ class JaxCallable(AbstractWarpModule):
             warn_unused_option(
                 _WHAT,
                 f"graph_mode={self.graph_mode.name}",
-                "is accepted for compatibility with Warp's bridge, but jarp does no Warp-side graph capture: "
-                "the call runs like graph_mode=NONE.",
+                "is accepted for compatibility with Warp's bridge, but jarp does no Warp-side graph capture: on CUDA "
+                "the call is captured by XLA's command buffers instead, like graph_mode=JAX (its launches are "
+                "recorded once and replayed, not launched from Python on every call). Use graph_mode=NONE if the "
+                "function must run on the host at every call.",
             )
         for option in ("stage_in_argnames", "stage_out_argnames", "graph_cache_max"):
             if getattr(self, option):
@@ -228,7 +233,8 @@ class JaxCallable(AbstractWarpModule):
             results,
             (),
             has_side_effect=self.has_side_effect,
-            graph_compatible=self.graph_mode == wp.JaxCallableGraphMode.JAX,
+            # Warp's own capture modes are captured by XLA (see the warning at construction)
+            graph_compatible=self.graph_mode != wp.JaxCallableGraphMode.NONE,
             name=_label(target) or f"jax_callable({callable_name(target)})",
         )
         return protect_inputs(plan) if self.protect_inputs else plan

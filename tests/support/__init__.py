@@ -17,6 +17,8 @@ where a Warp module's options, its use of tiles or its name matter):
   objects, guards through locals, several structs in one signature, clashing flattened field names).
 * ``kernels_deterministic.py``: a Warp module built in deterministic mode, for
   ``tests/warp/cuda/test_deterministic.py``.
+* ``kernels_buffer_sizes.py``: kernels whose plans the buffer-size check is given wrong
+  (``tests/warp/ffi/test_buffer_sizes.py``).
 * ``kernels_dtypes.py``: kernels over every scalar type JAX has, for ``tests/warp/plan/test_dtypes.py``.
 * ``kernels_energy.py``: spring energies with their gradient, Hessian-product and projected-Hessian kernels.
 * ``kernels_fake_tid.py``: a user function named ``tid``, reached by a dotted name from ``kernels_races.py``.
@@ -36,6 +38,8 @@ where a Warp module's options, its use of tiles or its name matter):
 * ``kernels_struct.py``: structs and kernels for ``tests/warp/modules/test_struct_params.py``.
 * ``kernels_struct_runtime.py``: kernels reading struct value fields given JAX values
   (``tests/warp/modules/test_struct_runtime.py``).
+* ``kernels_types.py``: copy and fill kernels specialised for every Warp element type and 1 to 4 array dims
+  (``tests/warp/modules/test_warp_types.py``).
 * ``kernels_tiles.py``: tile kernels in a module of their own (no ranged entry point for its kernels).
 * ``kernels_write_escapes.py``, ``kernels_write_spellings.py``, ``kernels_writes.py`` (with the dotted-name helpers
   of ``kernels_writes_helpers.py``): the kernels of the write check (``tests/warp/plan/test_writes.py``).

@@ -73,6 +73,13 @@ def copy4(a: wp.array4d(dtype=Any), c: wp.array4d(dtype=Any), b: wp.array4d(dtyp
 COPIES = {1: copy1, 2: copy2, 3: copy3, 4: copy4}
 
 
+@wp.kernel
+def fill(a: wp.array(dtype=Any), v: Any, b: wp.array(dtype=Any)):
+    # ``v`` by value: a scalar, vector, matrix, quaternion, transform...
+    i = wp.tid()
+    b[i] = v
+
+
 # Every overload is declared here, at import, so that Warp builds this module once (an overload declared after a
 # build makes Warp build the whole module again). The module has no adjoints: copies are not differentiated here.
 wp.set_module_options({"enable_backward": False})
@@ -80,6 +87,9 @@ OVERLOADS: dict[tuple[str, int], wp.Kernel] = {
     (name, ndim): wp.overload(kernel, [wp.array(dtype=dtype, ndim=ndim)] * 3)
     for name, dtype in ALL_TYPES.items()
     for ndim, kernel in COPIES.items()
+}
+FILLS: dict[str, wp.Kernel] = {
+    name: wp.overload(fill, [wp.array(dtype=dtype), dtype, wp.array(dtype=dtype)]) for name, dtype in ALL_TYPES.items()
 }
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import warp as wp
 
-from .._plan import _geometry_adjoints
+from .._plan import _dtypes, _geometry_adjoints
 from .._plan._values import Binding, Plan
 from .._upstream import _warp_internals, _xla_ffi
-from . import _errors, _locks, _struct_bytes
+from . import _buffer_sizes, _errors, _locks, _struct_bytes
 from ._executor_base import _check_load_during_capture, _Executor, _memmove, _memset
 
 
@@ -28,6 +28,8 @@ class _CallableExecutor(_Executor):
 
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
+        # each wp.array `_array` makes must cover its buffer exactly: checked once, before the function ever runs
+        _buffer_sizes.check_callable(plan)
         self.warm = False
         # The last capture XLA made of this call (as Warp's bridge keeps it), and every module a capture of it
         # launched: a module rebuilt later is not unloaded while a command buffer XLA still replays calls it.
@@ -124,7 +126,9 @@ class _CallableExecutor(_Executor):
             for param in plan.params:
                 b = param.primal
                 if b.source == "static":
-                    args.append(b.value)
+                    # a composite value (normalised to nested tuples) reaches the function as its Warp type
+                    composite = _dtypes.is_composite(param.spec.dtype)
+                    args.append(_dtypes.composite_ctype_value(param.spec.dtype, b.value) if composite else b.value)
                     continue
                 if b.source == "struct":
                     args.append(self._struct(param, ops, res, s))

@@ -14,7 +14,7 @@ from .._plan import _launch_checks
 from .._plan._analysis import _races
 from .._plan._values import Plan
 from .._upstream import _warp_internals, _xla_ffi
-from . import _arg_blocks, _errors, _native, _threads
+from . import _arg_blocks, _buffer_sizes, _errors, _native, _threads
 from ._executor_base import _ENTRY_BACKWARD, _ENTRY_FORWARD, _Executor, _memmove, _memset
 from ._native import _guard, _ranged
 
@@ -36,10 +36,17 @@ class _KernelExecutor(_Executor):
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
         self.blocks = []
+        views = []
         for b in range(2 if self.adjoint else 1):
+            # checked: each array covers its buffer (a batch slice of it) exactly, with Warp's element size
             block = _arg_blocks.argument_block(plan, b)
             self.blocks.append((block.words, block.raw, block.template))
             self.slots.extend((b, word, src, index, self.offsets[src][index]) for word, src, index in block.slots)
+            views.extend(block.arrays)
+        # Both launch paths patch these slots into call buffers whose dtype and dims every call is checked against
+        # (`self.buffers`, and the native descriptor made from it): prove each slice's array lies inside them, once,
+        # so no launch can reach past a buffer and no call pays for it.
+        _buffer_sizes.check_slices(plan, views, [offs for *_, offs in self.slots], self.buffers.shapes)
         # The CUDA parameters (the launch bounds, then every field of the block(s)), as both launch paths pass them.
         self.cuda_params = _arg_blocks.cuda_params([t for _, _, t in self.blocks], self.bounds)
 

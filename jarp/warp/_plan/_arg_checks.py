@@ -150,13 +150,14 @@ def runtime_value(leaf: StructLeaf, value: jax.Array, what: str) -> jax.Array:
     return jnp.reshape(value, (1, *shape))
 
 
-def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
+def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp", subject: str = "struct field") -> Any:
     """Check a value field's Python value and normalise it to a hashable Python number or nested tuple.
 
     Args:
         leaf: the value leaf.
         value: a number, NumPy scalar or array, (nested) sequence, or Warp scalar/vector/matrix.
         what: the caller, prefixed to error messages.
+        subject: what the value is, for error messages (``"struct field"``; ``"argument"`` for a value parameter).
 
     Returns:
         A ``float``/``int``/``bool`` (scalar), a tuple (vector) or a tuple of row tuples (matrix).
@@ -169,7 +170,7 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     shape = leaf.value_shape
     if isinstance(value, jax.Array):
         raise TypeError(
-            f"{what}: struct field {name!r} is a {leaf.phrase()} field and got {kind_of(value)}; here its value is "
+            f"{what}: {subject} {name!r} is a {leaf.phrase()} field and got {kind_of(value)}; here its value is "
             f"baked into the launch, so pass a Python number{' or tuple' if shape else ''}. (jax_kernel's struct value "
             "fields take JAX values, traced and differentiable; a jax_callable's function gets a Warp struct "
             "instance of Python values.)"
@@ -182,17 +183,17 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     except (TypeError, ValueError):
         arr = None
     if arr is not None and arr.dtype.type in (np.longdouble, np.clongdouble):
-        raise TypeError(f"{what}: struct field {name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
+        raise TypeError(f"{what}: {subject} {name!r} got {short_repr(value)}; {LONG_DOUBLE_HINT}")
     if arr is None or arr.dtype.kind not in "biuf":
         hint = structure_hint(value)
         if hint is not None:
-            raise TypeError(f"{what}: struct field {name!r} {hint}")
+            raise TypeError(f"{what}: {subject} {name!r} {hint}")
         raise TypeError(
-            f"{what}: struct field {name!r} expects a {leaf.phrase()} ({shape if shape else 'a number'}), "
+            f"{what}: {subject} {name!r} expects a {leaf.phrase()} ({shape if shape else 'a number'}), "
             f"got {kind_of(value)}."
         )
     if arr.shape != shape:
-        raise ValueError(f"{what}: struct field {name!r} expects a {leaf.phrase()} of shape {shape}, got {arr.shape}.")
+        raise ValueError(f"{what}: {subject} {name!r} expects a {leaf.phrase()} of shape {shape}, got {arr.shape}.")
     scalar = leaf.scalar_type
     if wp.types.type_is_float(scalar):
         out = arr.astype(np.float64)
@@ -201,13 +202,13 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp") -> Any:
     else:
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
             raise TypeError(
-                f"{what}: struct field {name!r} is an integer field ({leaf.phrase()}), got {short_repr(value)}."
+                f"{what}: {subject} {name!r} is an integer field ({leaf.phrase()}), got {short_repr(value)}."
             )
         info = np.iinfo(np.dtype(wp.dtype_to_numpy(scalar)))
         ints = [int(x) for x in arr.reshape(-1).tolist()]
         if any(not info.min <= x <= info.max for x in ints):
             raise ValueError(
-                f"{what}: struct field {name!r} = {short_repr(value)} does not fit its "
+                f"{what}: {subject} {name!r} = {short_repr(value)} does not fit its "
                 f"{wp.types.type_repr(scalar)} range [{info.min}, {info.max}]."
             )
         out = np.array(ints, dtype=object).reshape(arr.shape)

@@ -255,15 +255,19 @@ def bind_arguments(sig: Signature, args: Sequence[Any], *, what: str, runtime_sc
 
 
 def _runtime_scalar(spec: ArgSpec, value: jax.Array, what: str) -> jax.Array:
-    if np.shape(value) not in ((), (1,)):
-        raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")
+    shape = _dtypes.element_shape(spec.dtype)  # () for a scalar; (3,) for a wp.vec3 parameter, (4,) for a wp.quat...
+    if np.shape(value) not in (shape, (1, *shape)):
+        raise TypeError(
+            f"{what}: {'scalar' if not shape else wp.types.type_repr(spec.dtype)} argument {spec.name!r} takes a "
+            f"value of shape {shape}, got an array of shape {np.shape(value)}."
+        )
     expected = spec.np_dtype
     if np.dtype(value.dtype) != expected:
         raise TypeError(
             f"{what}: scalar argument {spec.name!r} got a {np.dtype(value.dtype)} array, but the kernel parameter "
             f"is {expected}; {cast_hint(expected)}."
         )
-    return jnp.reshape(value, (1,))
+    return jnp.reshape(value, (1, *shape))
 
 
 def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
@@ -285,6 +289,11 @@ def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
             "parameters of a jax_callable are static. Pass a Python number (e.g. mark it static with "
             "jax.jit(..., static_argnames=...)) or make it a one-element array parameter."
         )
+    if _dtypes.is_composite(spec.dtype):
+        # A vector, matrix, quaternion, transform... by value: checked and normalised (to nested tuples) as a
+        # struct's value field is; packed as the Warp value `spec.dtype(value)`.
+        value = np.asarray(value) if isinstance(value, jax.Array) else value
+        return normalize_value(StructLeaf((spec.name,), 0, spec.dtype, None), value, what, subject="argument")
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):
         if np.ndim(value) != 0:
             raise TypeError(f"{what}: scalar argument {spec.name!r} got an array of shape {np.shape(value)}.")

@@ -314,6 +314,32 @@ def overflows(scalar: Any, value: float) -> bool:
     return is_half and math.isfinite(value) and math.isinf(static_float(scalar, value))
 
 
+def composite_ctype_value(dtype: Any, value: Any) -> Any:
+    """Return the ctypes value of a static composite kernel argument (a vector, matrix, quaternion, transform...).
+
+    Args:
+        dtype: The parameter's composite type (see `is_composite`).
+        value: Its value as nested tuples of numbers (as the binding normalises it), or one number for every
+            component (the zero an adjoint starts from).
+
+    Returns:
+        An instance of ``dtype`` (a ctypes array) with the scalars packed as `ctype_value` packs them: half types as
+        the bit pattern ``wp.launch`` gives, computed in integer arithmetic (so a thread with flush-to-zero set packs
+        the same bits).
+
+    Example:
+        >>> bytes(composite_ctype_value(wp.vec2h, (1.0, -2.0))).hex()
+        '003c00c0'
+    """
+    scalar = scalar_of(dtype)
+    flat = np.broadcast_to(np.asarray(value, dtype=object), element_shape(dtype)).reshape(-1).tolist()
+    if any(scalar is t for t in HALF_TYPES):
+        raw = np.array([_half_bits(scalar, float(v)) for v in flat], np.uint16).tobytes()
+    else:
+        raw = np.array(flat, dtype=to_numpy(scalar)).tobytes()
+    return dtype.from_buffer_copy(raw)
+
+
 def ctype_value(scalar: Any, value: float | int | bool) -> ctypes._SimpleCData:
     """Return the ctypes value of a static scalar kernel argument, packed as `wp.launch` packs it.
 

@@ -304,7 +304,7 @@ def test_jarp_way_output_dims_with_enable_backward() -> None:
     [wp.JaxCallableGraphMode.WARP, wp.JaxCallableGraphMode.WARP_STAGED, wp.JaxCallableGraphMode.WARP_STAGED_EX],
 )
 def test_jarp_way_warp_graph_modes_run_on_cpu(graph_mode: wp.JaxCallableGraphMode) -> None:
-    # Warp: "JaxCallableGraphMode.<mode> is not supported for JAX CPU FFI calls". jarp: runs like NONE.
+    # Warp: "JaxCallableGraphMode.<mode> is not supported for JAX CPU FFI calls". jarp: runs (no graphs on the CPU).
     f = jax_callable(_double, graph_mode=graph_mode)
     x = jnp.arange(32, dtype=jnp.float32)
     (y,) = jax.jit(f)(x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -189,6 +190,25 @@ def test_callable_plan_record() -> None:
     assert info.launch_dims == ()
     assert info.params[1] == ParamInfo("s", "float32", "static 3.0")
     assert (info.has_side_effect, info.graph_compatible) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("graph_mode", "captured"),
+    [
+        (wp.JaxCallableGraphMode.JAX, True),
+        (wp.JaxCallableGraphMode.NONE, False),
+        # Warp's own capture modes: captured by XLA's command buffers, never a Python launch at every call
+        (wp.JaxCallableGraphMode.WARP, True),
+        (wp.JaxCallableGraphMode.WARP_STAGED, True),
+        (wp.JaxCallableGraphMode.WARP_STAGED_EX, True),
+    ],
+)
+def test_graph_modes_that_capture_are_graph_compatible(graph_mode: wp.JaxCallableGraphMode, captured: bool) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the Warp-side modes say at construction what runs instead
+        cb = jax_callable(k.scale_func, graph_mode=graph_mode)
+    (info,) = _info(lambda a: cb(a, 3.0)[0], jnp.ones(9, jnp.float32))
+    assert info.graph_compatible is captured
 
 
 def test_records_are_frozen_hashable_and_print_readably() -> None:

@@ -59,6 +59,12 @@ def rotate_points(q: wp.array(dtype=wp.quat), x: wp.array(dtype=wp.transform), o
     out[i] = wp.quat_rotate(q[i], p)
 
 
+@wp.kernel
+def fill_vec3(a: wp.array(dtype=wp.vec3), v: wp.vec3, b: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    b[i] = a[i] + v
+
+
 def _values(dtype: Any, warp_shape: tuple[int, ...], seed: int) -> np.ndarray:
     """Deterministic values of ``dtype``'s scalars in the JAX shape of a Warp array of ``warp_shape``."""
     shape = (*warp_shape, *_dtypes.element_shape(dtype))
@@ -165,6 +171,48 @@ def test_launch_equals_wp_launch(name: str):
         got_c, got_b = jax.jit(jax_kernel(kernel, num_outputs=2, in_out_argnames=["c"]))(a, c)
         _same_bytes(got_c, want_c)
         _same_bytes(got_b, want_b)
+
+
+# ======================================================================================================================
+# Value parameters: every type, static (a Warp value, nested tuples, NumPy) or a JAX value read at run time
+# ======================================================================================================================
+
+
+def _warp_value(dtype: Any, values: np.ndarray) -> Any:
+    """``values`` (one element's scalars, in its JAX shape) as the Warp value ``wp.launch`` takes."""
+    if not _dtypes.element_shape(dtype):
+        return values.item()
+    return dtype(*values.reshape(-1).tolist())
+
+
+@both_precisions
+def test_value_parameters(name: str):
+    dtype = HERE[name]
+    kernel = kt.FILLS[name]
+    a = _values(dtype, (4,), 1)
+    v = _values(dtype, (1,), 3)[0]
+    want = wp.zeros(4, dtype=dtype, device="cpu")
+    wp.launch(kernel, dim=4, inputs=[_warp_array(a, dtype), _warp_value(dtype, v), want], device="cpu")
+    m = jax_kernel(kernel)
+    statics = [v.tolist(), v] + ([_warp_value(dtype, v)] if _dtypes.element_shape(dtype) else [])
+    for static in statics:  # nested lists/tuples, NumPy, a Warp value
+        _same_bytes(m(a, static)[0], want.numpy())
+    if name not in FAMILIES and name not in ("float16", "int8", "vec3"):
+        return  # each kernel reading a JAX value is a build of its own: one type of each family
+    (got,) = jax.jit(m)(a, jnp.asarray(v))  # a JAX value: read at run time, not baked in
+    _same_bytes(got, want.numpy())
+    if _dtypes.element_shape(dtype):
+        with pytest.raises(TypeError, match=r"argument 'v' takes a value of shape"):
+            jax.jit(m)(a, jnp.asarray(v).reshape(-1)[:-1])
+
+
+@pytest.mark.skipif(X64, reason="the float32 kernel runs in the float32 process")
+def test_gradient_of_a_vector_value_parameter():
+    m = jax_kernel(fill_vec3, enable_backward=True)
+    a = jnp.zeros((4, 3), jnp.float32)
+    weights = jnp.arange(12, dtype=jnp.float32).reshape((4, 3))
+    grad = jax.grad(lambda v: jnp.sum(weights * m(a, v)[0]))(jnp.array([1.0, 2.0, 3.0], jnp.float32))
+    np.testing.assert_array_equal(grad, np.asarray(weights).sum(axis=0))
 
 
 # ======================================================================================================================
@@ -286,3 +334,24 @@ def test_to_warp(name: str):
         _same_bytes(a, converted.numpy())
     pattern = (*(-1 for _ in _dtypes.element_shape(dtype)), Any)
     assert jarp.warp.to_warp(_warp_array(a, dtype), dtype=pattern).dtype is dtype
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_subscript_and_ndim_annotations(name: str, ndim: int):
+    """``wp.array[T]``, ``wp.array2d[T]`` ... and ``wp.array(dtype=T, ndim=n)`` annotate a callable's parameters as
+    ``wp.array(dtype=T)`` does (Warp's bridge accepts all three spellings)."""
+    dtype = HERE[name]
+    subscripted = {1: wp.array, 2: wp.array2d, 3: wp.array3d, 4: wp.array4d}[ndim][dtype]
+    kernel = kt.copy_overload(dtype, ndim)
+    a, c = _values(dtype, SHAPES[ndim], 1), _values(dtype, SHAPES[ndim], 2)
+    want_c, want_b = _wp_launch(kernel, a, c, dtype)
+    for annotation in (subscripted, wp.array(dtype=dtype, ndim=ndim)):
+
+        def copy(a, c, b):  # a new function for each spelling: modules are cached by their function
+            wp.launch(kernel, dim=a.shape, inputs=[a, c, b])
+
+        copy.__annotations__ = dict.fromkeys(("a", "c", "b"), annotation)
+        got_c, got_b = jax_callable(copy, num_outputs=2, in_out_argnames=["c"])(a, c)
+        _same_bytes(got_c, want_c)
+        _same_bytes(got_b, want_b)

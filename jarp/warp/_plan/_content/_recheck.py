@@ -88,7 +88,13 @@ def _check_binding(
         return
     if primal.source != "static" or primal.index != -1 or primal.fields:
         _invalid(f"field '{p_where}' of scalar parameter {spec.name!r} must be a static value")
-    _check_value(spec.dtype, (), primal.value, f"{p_where}.value")
+    composite = _dtypes.is_composite(spec.dtype)
+    _check_value(
+        _dtypes.scalar_of(spec.dtype) if composite else spec.dtype,
+        _dtypes.element_shape(spec.dtype) if composite else (),
+        primal.value,
+        f"{p_where}.value",
+    )
     if adjoint.source == "none":
         _check_none(adjoint, a_where)
         return
