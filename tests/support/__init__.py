@@ -24,6 +24,8 @@ where a Warp module's options, its use of tiles or its name matter):
 * ``kernels_fake_tid.py``: a user function named ``tid``, reached by a dotted name from ``kernels_races.py``.
 * ``kernels_fem.py``: a tetrahedral FEM energy written as a Warp FEM library writes it
   (``tests/warp/compat/test_fem_port.py``).
+* ``kernels_generated_writes.py``: kernels writing an input through spellings only the generated code shows
+  (``tests/warp/plan/test_writes.py``).
 * ``kernels_geometry.py``: kernels that query Warp's geometry structures by id.
 * ``kernels_hostile.py``: the representative kernels of the hostile-input tests (``tests/warp/hostile/test_*.py``).
 * ``kernels_kinds.py``: parameters of the Warp array kinds jarp refuses, for ``tests/warp/plan/test_param_kinds.py``.

@@ -1005,6 +1005,26 @@ def drop_overload(kernel: wp.Kernel, overload: wp.Kernel) -> None:
                 kernel.module.mark_modified()
 
 
+class GeneratedFunction(NamedTuple):
+    """One function of a kernel's generated C++ forward code: the kernel itself, or a ``@wp.func`` overload it calls.
+
+    Attributes:
+        key: the Warp key (``"put"``).
+        name: its C++ name, as call sites spell it (``"put_0"``; the kernel's key for the kernel).
+        params: each parameter's C++ name (``"var_a"``) and whether it is an array.
+        lines: the forward code, one statement (or ``//`` comment) a line.
+        types: each variable's Warp type name (``("var_3", "Reference")``).
+        opaque: its body is not Warp-generated code (a ``@wp.func_native`` snippet): nothing is known of it.
+    """
+
+    key: str
+    name: str
+    params: tuple[tuple[str, bool], ...]
+    lines: tuple[str, ...]
+    types: tuple[tuple[str, str], ...]
+    opaque: bool
+
+
 class CodegenRecord(NamedTuple):
     """What Warp's code generator recorded of one kernel (`codegen_record`)."""
 
@@ -1018,6 +1038,8 @@ class CodegenRecord(NamedTuple):
     # The @wp.func overloads the kernel calls whose adjoint is the user's (``@wp.func_grad``, ``@wp.func_replay``)
     # or native code (``@wp.func_native``): what they write in a backward pass no record says
     custom_adjoints: tuple[str, ...] = ()
+    # The same functions with their C++ names and parameters, for the analysis of the generated code itself
+    functions: tuple[GeneratedFunction, ...] = ()
 
 
 def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
@@ -1060,6 +1082,7 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             only = _OneKernel(kernel)
             builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
             code = [(kernel.key, *_forward_lines(kernel.adj))]
+            functions = [_generated_function(kernel.key, kernel.key, kernel.adj, False)]
             seen = {id(kernel.adj)}
             custom: list[str] = []
             for fn in builder.functions:
@@ -1068,6 +1091,9 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
                     if adj is not None and id(adj) not in seen:
                         seen.add(id(adj))
                         code.append((fn.key, *_forward_lines(adj)))
+                        opaque = bool(getattr(f, "native_snippet", None))
+                        name = getattr(f, "native_func", None) or fn.key
+                        functions.append(_generated_function(fn.key, name, adj, opaque))
                     if any(
                         getattr(f, a, None)
                         for a in ("custom_grad_func", "custom_replay_func", "native_snippet", "adj_native_snippet")
@@ -1090,11 +1116,16 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
                 for name, var in kernel.adj.symbols.items()
                 if isinstance(var, wp._src.codegen.Var) and _is_value_type(var.type)
             )
-            return CodegenRecord(access, None, values, tuple(code), tuple(dict.fromkeys(custom)))
+            return CodegenRecord(access, None, values, tuple(code), tuple(dict.fromkeys(custom)), tuple(functions))
         except Exception as e:
             return CodegenRecord(None, f"{type(e).__name__}: {e}", frozenset())
         finally:
             wp.config.log_level = level
+
+
+def _generated_function(key: str, name: str, adj: Any, opaque: bool) -> GeneratedFunction:
+    params = tuple((f"var_{a.label}", bool(wp.types.is_array(a.type))) for a in getattr(adj, "args", ()))
+    return GeneratedFunction(key, name, params, *_forward_lines(adj), opaque)
 
 
 def _forward_lines(adj: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
@@ -1166,6 +1197,9 @@ def check_array_access() -> None:
     assert any("wp::array_store(" in line for line in code[-1][1]), "Warp's adj.blocks changed (forward_code)"
     assert ("var_0", "int32") in code[0][2], "Warp's adj.variables changed (forward_code)"
     assert len(code) == 2, "Warp's ModuleBuilder.functions changed (codegen_record.forward_code)"
+    kernel_fn, callee = codegen_record(probes["func"]).functions
+    assert ("var_a", True) in kernel_fn.params, "Warp's adj.args changed (GeneratedFunction.params)"
+    assert any(callee.name + "(" in line for line in kernel_fn.lines), "Warp's Function.native_func changed"
     assert codegen_record(probes["func"]).custom_adjoints == (), "codegen_record.custom_adjoints sees a plain func"
     custom = codegen_record(probes["custom"]).custom_adjoints
     assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"

@@ -22,6 +22,7 @@ import tests.support as support
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan._analysis import _names, _writes
 from jarp.warp._upstream import _warp_internals
+from tests.support import kernels_generated_writes as kg
 from tests.support import kernels_write_escapes as ke
 from tests.support import kernels_write_spellings as ks
 from tests.support import kernels_writes as kw
@@ -33,10 +34,36 @@ def _key(v: object) -> str | None:
     return getattr(v, "key", None)
 
 
-@pytest.mark.parametrize("kernel", [*kw.WRITERS, kw.view_writes_x, kw.tile_store_writes_x], ids=_key)
+@pytest.mark.parametrize(
+    "kernel", [*kw.WRITERS, kw.view_writes_x, kw.tile_store_writes_x, *kg.GENERATED_WRITERS], ids=_key
+)
 def test_a_write_warp_compiles_is_refused_naming_the_input(kernel: wp.Kernel) -> None:
     with pytest.raises(ValueError, match=r"writes to input\(s\) \['x'\].*in_out_argnames"):
         jax_kernel(kernel)
+
+
+@pytest.mark.parametrize("kernel", kg.GENERATED_WRITERS, ids=_key)
+def test_the_generated_code_shows_writes_no_python_spelling_does(kernel: wp.Kernel) -> None:
+    """A store through an address, a reference, a native snippet, pointer arithmetic, an operator overload: the
+    generated C++ says the pointer of ``x`` reaches a store (or code jarp cannot see into)."""
+    assert _writes.generated_writes(kernel) == ("x", "y")
+
+
+def test_reads_in_the_generated_code_are_no_write() -> None:
+    # views, shapes, lengths, loads through addresses, a function returning its array, tile loads
+    # (the source-level resolver still counts one of these spellings as a write of ``x``: the verdict is the union)
+    assert _writes.generated_writes(kg.reads_x_many_ways) == ("y",)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("kernel", kg.GENERATED_WRITERS, ids=_key)
+def test_generated_writers_declared_in_out_keep_the_callers_array(kernel: wp.Kernel, jit: bool) -> None:
+    m = jax_kernel(kernel, num_outputs=2, in_out_argnames=("x",))
+    z = jnp.zeros(N, jnp.float32)
+    x_new, y = (jax.jit(m) if jit else m)(z)
+    np.testing.assert_array_equal(x_new, np.full(N, 100.0, np.float32))
+    np.testing.assert_array_equal(y, np.ones(N, np.float32))
+    np.testing.assert_array_equal(z, np.zeros(N, np.float32))
 
 
 @pytest.mark.parametrize("kernel", kw.STRUCT_WRITERS, ids=_key)
@@ -212,6 +239,12 @@ def test_warps_record_and_the_resolver_agree_on_every_kernel() -> None:
         by_warp = {p for p, access in record.items() if access.written}
         # on Warp's model (a function writes a parameter if any call could): the resolver sees all Warp records
         by_resolver = {p for p in _writes.writes(kernel, specialise=False) if p in record}
+        # the generated-code analysis sees every write Warp records; the resolver every one but those only the
+        # generated code shows (`kernels_generated_writes.py`)
+        by_generated = set(_writes.generated_writes(kernel))
+        assert by_warp <= by_generated, f"{kernel.key}: Warp records writes the generated-code analysis misses"
+        if kernel.module.name == kg.__name__:
+            continue
         assert by_warp <= by_resolver, f"{kernel.key}: Warp records writes the resolver misses"
         if by_resolver != by_warp:
             disagreements[kernel.key] = by_resolver - by_warp

@@ -5,7 +5,8 @@ One concern a file:
 
 - `_names`: names in kernel code resolved as Warp resolves them, the branches it folds, the compiled source every
   other analysis reads;
-- `_writes`: which inputs and struct fields a kernel writes (Warp's own read/write record completed by the resolver);
+- `_writes`: which inputs and struct fields a kernel writes (Warp's own read/write record completed by the resolver
+  and by `_generated`, the judgement of the C++ Warp generates: where each array parameter's pointer goes);
 - `_overwrites`: which outputs every thread overwrites (the zero-fill a launch may skip) and which in-out arrays it
   stores into plainly;
 - `_tid_access`: which arrays it indexes with its thread index (`_launch_checks` checks their lengths);

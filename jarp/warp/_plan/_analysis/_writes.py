@@ -11,6 +11,10 @@ it is declared in-out. Two sources decide, and a write either one sees counts (i
    skipped), names resolved as Warp resolves them (`_names`), followed into every ``@wp.func`` overload a call
    reaches. It sees what Warp's record does not: stores through a struct's array field (``s.arr[i] = x``, a
    field handed to a ``@wp.func``), tile stores and tile atomics.
+3. The generated code (`_generated`): the C++ Warp generates for the kernel and every function it calls, where an
+   array parameter whose pointer reaches a store, or anything not known to only read, is written. It sees what
+   neither source above does (``wp.store(wp.address(...))``, references, operator overloads, native snippets,
+   pointer arithmetic), so no array parameter is judged unwritten where the generated code may write it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import warp as wp
 from ..._upstream import _warp_internals
 from .._struct_layout import passed_by_value
 from .._weakcache import weak_cache
-from . import _names
+from . import _generated, _names
 from ._syntax import attribute_path, binding_pairs, store_targets, stored_array
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
@@ -65,13 +69,14 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
     # The resolver with call-site constants (``helper(x, i, False)`` skips the helper's ``if flag:``), and without
     general, specialised = seen(writes(kernel, specialise=False)), seen(writes(kernel))
     written = set(specialised)
-    if record is not None:
-        for n in names:
-            # Warp's record is context-insensitive: a function's parameter is written if any call could write it.
-            # It is overruled only where the resolver agrees with it on that model and proves the write dead for
-            # the constants this kernel passes; any other disagreement keeps the write.
-            if n in record and record[n].written and not (n in general and n not in specialised):
-                written.add(n)
+    generated = seen(generated_writes(kernel))
+    for n in names:
+        # Warp's record and the generated code are context-insensitive: a function's parameter is written if any
+        # call could write it. Either is overruled only where the resolver agrees with it on that model and proves
+        # the write dead for the constants this kernel passes; any other disagreement keeps the write.
+        dead = n in general and n not in specialised
+        if not dead and (n in generated or (record is not None and n in record and record[n].written)):
+            written.add(n)
     return tuple(n for n in names if n in written)
 
 
@@ -113,6 +118,18 @@ def codegen_record(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
 def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
     """The C++ forward code Warp generates for ``kernel`` and each ``@wp.func`` it calls (`CodegenRecord`)."""
     return codegen_record(kernel).forward_code
+
+
+def generated_writes(kernel: wp.Kernel) -> tuple[str, ...]:
+    """The array parameters ``kernel``'s generated C++ may write (`_generated.written_params`).
+
+    None where Warp could not generate the code: such a kernel cannot be built either, and Warp's own error (raised
+    when jarp builds it) says more than a refusal would.
+    """
+    record = codegen_record(kernel)
+    if record.error is not None:
+        return ()
+    return _generated.written_params(record.functions)
 
 
 def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
