@@ -52,6 +52,7 @@ def _src(body: str) -> str:
         ("def k(x, y):\n    i = wp.tid()\n    i = 0\n    y[i] = x[i]\n", ("y",), {}),
         # output read before written
         ("def k(x, y):\n    i = wp.tid()\n    y[i] = y[i] + x[i]\n", ("y",), {}),
+        ("def k(x, y):\n    i = wp.tid()\n    v = y[i]\n    y[i] = v + x[i]\n", ("y",), {}),
         ("def k(x, y):\n    y[0] = x[0]\n", ("y",), {}),
         ("not python (", ("y",), {}),
         # a repeated thread index name: ``y[i, i]`` is the diagonal alone
