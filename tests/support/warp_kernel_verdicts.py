@@ -1,0 +1,695 @@
+"""jarp's static verdicts on Warp's own kernels, checked against what ``wp.launch`` does: writes, races, fills.
+
+Built on `tests.support.warp_kernel_sweep` (its harvest, fabricated arguments, reference launches and worker
+processes). For each kernel the harness can launch it records:
+
+- writes: the arrays whose bytes ``wp.launch`` changes (on the fabricated arguments, and on two variants of them:
+  all zeros, and mirrored values) against `_writes.written_inputs` over every array parameter. Written but not in
+  jarp's verdict: unsound write. In the verdict but never seen written: an over-refusal candidate (it may be data
+  dependent, or write bytes equal to those there).
+- races: where jarp's plan may split its CPU launch (race-free, or privatised accumulations), jarp's result with 2
+  CPU threads (the split thresholds lowered so that a launch of 8 tasks splits) against 1 thread, exact for a
+  race-free plan, within tolerance for privatised floats; and, deterministic, jarp's ranged entry point run by
+  ``wp.launch``'s arguments in two schedules a split may take (second half first; one task at a time, last first)
+  against ``wp.launch``. A difference, or a crash of the split launch: unsound race.
+- fills: where `overwritten_outputs` claims that every thread overwrites an output (so jarp skips its zero-fill),
+  ``wp.launch`` with that array prefilled with zero bytes, then with two sentinel byte patterns: any difference
+  (an element left unwritten, or a result read from it) is an unsound fill. Where the claimed arrays end the
+  parameter list, jarp's call with them as pure outputs too, against ``wp.launch`` on zero-filled outputs.
+
+Structs are not covered (the harness does not fabricate them). By hand::
+
+    python -m tests.support.warp_kernel_verdicts --limit 100 --json /tmp/verdicts.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import warp_kernel_sweep as sweep
+from .paths import REPO, child_environment
+
+#: Seconds one forked ``wp.launch`` check may take.
+FORK_TIMEOUT = 60.0
+#: The byte patterns a claimed-overwritten output is prefilled with (besides zero).
+SENTINELS = (0xFF, 0xA5)
+#: The variants of the fabricated arguments the writes are observed on (besides the fabricated ones).
+VARIANTS = ("zeros", "mirrored")
+
+_OUTPUT: str | None = None  # the child's output file (the workers inherit it)
+_RANGED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+
+
+# ======================================================================================================================
+# Forked wp.launch runs
+# ======================================================================================================================
+
+
+def _forked(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """``("ok", fn())`` run in a forked process, or ``("error" | "crash", why)``."""
+    with tempfile.TemporaryDirectory(prefix="jarp-verdicts-") as tmp:
+        path = pathlib.Path(tmp) / "out.pickle"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # never returns
+            try:
+                try:
+                    outcome: tuple[str, Any] = ("ok", fn())
+                except BaseException as e:
+                    outcome = ("error", f"{type(e).__name__}: {sweep._first_line(e)}")
+                path.write_bytes(pickle.dumps(outcome))
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + FORK_TIMEOUT
+        while True:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return "crash", f"hung for {FORK_TIMEOUT:.0f} s"
+            time.sleep(0.005)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 or not path.exists():
+            return "crash", f"signal {-code}" if code < 0 else f"exit code {code}"
+        return pickle.loads(path.read_bytes())
+
+
+def _with_values(made: sweep.Fabricated, values: dict[str, Any]) -> sweep.Fabricated:
+    """``made`` with the contents of some arrays replaced (by name)."""
+    args = tuple(
+        dataclasses.replace(a, values=values[a.name]) if isinstance(a, sweep.ArrayArg) and a.name in values else a
+        for a in made.args
+    )
+    return dataclasses.replace(made, args=args)
+
+
+def _filled(arg: sweep.ArrayArg, byte: int) -> Any:
+    """Contents of ``arg``'s shape and storage dtype, every byte ``byte``."""
+    import numpy as np
+
+    v = arg.values
+    return np.full(v.nbytes, byte, np.uint8).view(v.dtype).reshape(v.shape)
+
+
+def _mirrored(arg: sweep.ArrayArg) -> Any:
+    """Other valid contents: floats negated and scaled, indices reversed, booleans flipped."""
+    import numpy as np
+
+    v = arg.values
+    if arg.bfloat16:
+        return v ^ np.uint16(0x8000)
+    if arg.kind == "float":
+        return (-1.5 * v).astype(v.dtype)
+    if arg.kind == "int":
+        return (sweep.DIM - 1 - v).astype(v.dtype)
+    return ~v
+
+
+def _launch(kernel: Any, made: sweep.Fabricated, ranged: int = 0, schedule: Sequence[tuple[int, int]] = ()) -> Any:
+    """The arrays after one launch (``wp.launch``, or ``ranged`` run over ``schedule``), and those written outside."""
+    import warp as wp
+
+    padded = {a.name: sweep._Padded(a, "zero") for a in made.arrays}
+    inputs = [padded[a.name].array if isinstance(a, sweep.ArrayArg) else a for a in made.args]
+    if not ranged:
+        wp.launch(kernel, dim=made.dims, inputs=inputs, device="cpu")
+        wp.synchronize_device("cpu")
+    else:
+        cmd = wp.launch(kernel, dim=made.dims, inputs=inputs, device="cpu", record_cmd=True)
+        params = cmd.params
+        fields = [(arg.label, type(p)) for arg, p in zip(cmd.kernel.adj.args, params[1:], strict=True)]
+        block = type("Args", (ctypes.Structure,), {"_fields_": fields})(*params[1:])
+        entry = _RANGED(ranged)
+        for begin, end in schedule:
+            entry(ctypes.addressof(params[0]), ctypes.addressof(block), begin, end)
+    return {n: p.data() for n, p in padded.items()}, sorted(n for n, p in padded.items() if not p.padding_intact())
+
+
+def _changed(made: sweep.Fabricated, after: dict[str, Any]) -> list[str]:
+    return [a.name for a in made.arrays if after[a.name].tobytes() != a.values.tobytes()]
+
+
+# ======================================================================================================================
+# Comparisons
+# ======================================================================================================================
+
+
+def _close(arg: sweep.ArrayArg, expected: Any, got: Any) -> str | None:
+    """`sweep.compare` (tolerance for floats), for two arrays in any of the layouts it meets."""
+    import numpy as np
+
+    got = np.asarray(got)
+    if arg.bfloat16 and got.dtype == np.uint16:
+        import ml_dtypes
+
+        got = got.view(ml_dtypes.bfloat16)
+    return sweep.compare(arg, np.asarray(expected), got)
+
+
+def _differs(arg: sweep.ArrayArg, expected: Any, got: Any, exact: bool) -> str | None:
+    """None when equal (bit for bit with ``exact``, else within tolerance for floats), else the difference."""
+    import numpy as np
+
+    tolerant = _close(arg, expected, got)
+    if not exact:
+        return tolerant
+    if np.ascontiguousarray(expected).tobytes() == np.ascontiguousarray(got).tobytes():
+        return None
+    return tolerant or f"{arg.name}: bytes differ, within float tolerance"
+
+
+# ======================================================================================================================
+# jarp's call
+# ======================================================================================================================
+
+
+def _jarp_call(
+    kernel: Any, made: sweep.Fabricated, in_out: Sequence[str], pure: Sequence[str] = ()
+) -> tuple[list[str], list[Any], Callable[[], list[Any]], list[Any]]:
+    """jarp's module with ``in_out`` (widened as jarp asks) and the trailing ``pure`` outputs, called under jit.
+
+    Returns:
+        The in-out names, the outputs, a function that calls the same executable again, and jarp's plans.
+
+    Raises:
+        sweep.Refused: jarp raised a ``TypeError``/``ValueError`` of its own.
+    """
+    import jax
+    import numpy as np
+
+    from jarp.warp import jax_kernel
+    from jarp.warp._ffi._registry import registry
+
+    names = [a.name for a in made.arrays]
+    in_out = [n for n in names if n in in_out and n not in pure] or ([] if pure else names[:1])
+    module = None
+    while module is None:
+        try:
+            module = jax_kernel(
+                kernel, num_outputs=len(in_out) + len(pure), in_out_argnames=tuple(in_out), launch_dims=made.dims
+            )
+        except (TypeError, ValueError) as e:
+            if not sweep._raised_by_jarp(e):
+                raise
+            more = sweep._WRITES_INPUTS.search(str(e))
+            extra = {m.strip().strip("'\"") for m in more.group(1).split(",")} if more else set()
+            widened = [n for n in names if (n in in_out or n in extra) and n not in pure]
+            if widened == in_out:
+                raise sweep.Refused(str(e)) from e
+            in_out = widened
+    given = [a for a in made.args if not (isinstance(a, sweep.ArrayArg) and a.name in pure)]
+    arrays = [jax.numpy.asarray(a.jax_value()) for a in given if isinstance(a, sweep.ArrayArg)]
+
+    def call(*operands: Any) -> Any:
+        it = iter(operands)
+        return module(*(next(it) if isinstance(a, sweep.ArrayArg) else a for a in given))
+
+    jitted = jax.jit(call)
+
+    def run() -> list[Any]:
+        return [np.asarray(o) for o in jax.block_until_ready(jitted(*arrays))]
+
+    before = max((h for h, _ in registry.items()), default=-1)
+    try:
+        outputs = run()
+    except (TypeError, ValueError) as e:
+        if sweep._raised_by_jarp(e):
+            raise sweep.Refused(str(e)) from e
+        raise
+    plans = [p for h, p in registry.items() if h > before and not p.adjoint]
+    return in_out, outputs, run, plans
+
+
+def _pool_items() -> int:
+    from jarp.warp._ffi import _native
+
+    native = _native.active()
+    return native.pool_stats()[1] if native is not None else -1
+
+
+def _force_splits() -> None:
+    """Lower the split thresholds so that a launch of a few tasks splits (and gets a ranged entry point)."""
+    from jarp.warp._ffi import _threads
+
+    _threads.MIN_TASKS = 1
+    _threads.MIN_RANGE = 1
+    _threads.MIN_COST_NS = 0
+    _threads.MIN_WORK = 0
+    _threads.set_cpu_linger_us(0)
+    _threads.set_cpu_threads(1)
+
+
+# ======================================================================================================================
+# One kernel
+# ======================================================================================================================
+
+
+def _writes_check(kernel: Any, made: sweep.Fabricated, written: list[str], rec: dict[str, Any]) -> list[str]:
+    """(a): the writes seen on the fabricated arguments and their variants against jarp's verdict."""
+    from jarp.warp._plan._analysis import _writes
+
+    names = tuple(a.name for a in made.arrays)
+    seen = {"fabricated": list(written)}
+    for how in VARIANTS:
+        values = {a.name: _filled(a, 0) if how == "zeros" else _mirrored(a) for a in made.arrays}
+        variant = _with_values(made, values)
+        status, value = _forked(lambda variant=variant: _launch(kernel, variant))
+        if status == "ok" and not value[1]:
+            seen[how] = _changed(variant, value[0])
+        else:
+            seen[how] = f"not run: {value if status != 'ok' else 'writes outside ' + str(value[1])}"
+    observed = [n for n in names if any(isinstance(s, list) and n in s for s in seen.values())]
+    rec["seen_written"] = seen
+    rec["observed"] = observed
+    try:
+        verdict = list(_writes.written_inputs(kernel, names))
+    except Exception as e:
+        rec["writes_error"] = f"{type(e).__name__}: {sweep._first_line(e)}"
+        return observed
+    rec["jarp_writes"] = verdict
+    rec["unsound_write"] = [n for n in observed if n not in verdict]
+    rec["over_refusal"] = [n for n in verdict if n not in observed]
+    return observed
+
+
+def _fill_claims(kernel: Any, made: sweep.Fabricated) -> dict[str, int]:
+    """The arrays jarp would not zero-fill as pure outputs of this launch (`_builder._zero_filled`'s test)."""
+    from jarp.warp._plan._analysis import _names, _races, overwritten_outputs
+
+    if not _races.warps_thread_index(kernel):
+        return {}
+    claims = overwritten_outputs(_names.compiled_source(kernel), tuple(a.name for a in made.arrays))
+    ndim = {a.name: len(a.shape) for a in made.arrays}
+    return {n: r for n, r in claims.items() if r == len(made.dims) == ndim[n]}
+
+
+def _fill_check(kernel: Any, made: sweep.Fabricated, claims: dict[str, int], rec: dict[str, Any]) -> dict[str, Any]:
+    """(c) by ``wp.launch``: each claimed array prefilled with zero bytes, then each sentinel; any difference."""
+    import numpy as np
+
+    by_name = {a.name: a for a in made.arrays}
+    results: dict[str, Any] = {}
+    for name in claims:
+        arg = by_name[name]
+
+        out = {}
+        for byte in (0, *SENTINELS):
+            variant = _with_values(made, {name: _filled(arg, byte)})
+            out[byte] = _forked(lambda variant=variant: _launch(kernel, variant))
+        zero_status, zero = out[0]
+        if zero_status != "ok":
+            results[name] = f"zero-filled launch failed: {zero}"
+            continue
+        problems = []
+        itemsize = arg.values.dtype.itemsize
+        stuck = None
+        for byte in SENTINELS:
+            status, value = out[byte]
+            if status != "ok":
+                problems.append(f"prefilled 0x{byte:02X}: launch {status}: {value}")
+                continue
+            after, outside = value
+            if outside:
+                problems.append(f"prefilled 0x{byte:02X}: writes outside {outside}")
+            raw = np.frombuffer(after[name].tobytes(), np.uint8).reshape(-1, itemsize)
+            same = (raw == byte).all(axis=1)
+            stuck = same if stuck is None else stuck & same
+            for other in made.arrays:
+                if after[other.name].tobytes() != zero[0][other.name].tobytes():
+                    problems.append(f"prefilled 0x{byte:02X}: {other.name} differs from the zero-filled launch")
+        if stuck is not None and stuck.any():
+            problems.insert(0, f"{int(stuck.sum())} of {stuck.size} scalars of {name} left unwritten")
+        results[name] = "; ".join(dict.fromkeys(problems)) or None
+    rec["fill"] = {"claims": claims, "sentinel": results}
+    return results
+
+
+def _fill_jarp(kernel: Any, made: sweep.Fabricated, claims: dict[str, int], written: list[str], rec: dict) -> None:
+    """(c) through jarp: the trailing claimed arrays as pure outputs, against ``wp.launch`` on zero-filled ones."""
+    trailing: list[str] = []  # the arrays that may be pure outputs: every parameter after them is an array
+    for a in reversed(made.args):
+        if not isinstance(a, sweep.ArrayArg):
+            break
+        trailing.insert(0, a.name)
+    first = next((i for i, n in enumerate(trailing) if n in claims), len(trailing))
+    pure = trailing[first:]
+    fill = rec["fill"]
+    fill["trailing"] = trailing
+    fill["pure"] = pure
+    if not pure:
+        return
+    by_name = {a.name: a for a in made.arrays}
+    zeroed = _with_values(made, {n: _filled(by_name[n], 0) for n in pure})
+    status, value = _forked(lambda: _launch(kernel, zeroed))
+    if status != "ok" or value[1]:
+        fill["jarp"] = f"zero-filled reference failed: {value}"
+        return
+    expected = value[0]
+    try:
+        in_out, outputs, _, plans = _jarp_call(kernel, made, [n for n in written if n not in pure], pure)
+    except sweep.Refused as e:
+        fill["jarp"] = f"refused: {sweep._first_line(e)}"
+        return
+    except Exception as e:
+        fill["jarp"] = f"error: {type(e).__name__}: {sweep._first_line(e)}"
+        return
+    skipped = []
+    for plan in plans:
+        outs = plan.params
+        for p in outs:
+            if p.spec.name in pure and p.primal.source == "result" and p.primal.index not in plan.zero_results:
+                skipped.append(p.spec.name)
+    problems = [_close(by_name[n], expected[n], out) for n, out in zip([*in_out, *pure], outputs, strict=True)]
+    fill["skipped"] = sorted(set(skipped))
+    fill["jarp"] = "; ".join(p for p in problems if p) or None
+
+
+def _race_check(
+    kernel: Any,
+    made: sweep.Fabricated,
+    expected: dict[str, Any],
+    in_out: list[str],
+    outputs: list[Any],
+    rerun: Callable[[], list[Any]],
+    plan: Any,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """(b): jarp split on 2 threads against 1 thread; the ranged entry in two schedules against ``wp.launch``."""
+    import jarp.warp as jw
+
+    by_name = {a.name: a for a in made.arrays}
+    private = {
+        p.spec.name
+        for p in plan.params
+        if p.primal.source == "result" and any(i == p.primal.index for i, _ in plan.private)
+    }
+    race = {"race_free": plan.race_free, "private": sorted(private), "concurrent": not plan.shares_cpu_state}
+    if not (plan.race_free or plan.private):
+        return race
+    progress("split")
+    jw.set_cpu_threads(2)
+    items = _pool_items()
+    try:
+        split = rerun()
+    finally:
+        jw.set_cpu_threads(1)
+    race["split_items"] = _pool_items() - items
+    diffs = [
+        _differs(by_name[n], one, two, exact=n not in private or by_name[n].kind != "float")
+        for n, one, two in zip(in_out, outputs, split, strict=True)
+    ]
+    race["split_diff"] = "; ".join(d for d in diffs if d) or None
+    progress("reorder")
+    from jarp.warp._ffi._native import _ranged
+    from jarp.warp._upstream import _warp_internals
+
+    try:
+        import warp as wp
+
+        address = _ranged.ranged_cpu_entry(kernel, _warp_internals.load_entry_points(kernel, wp.get_device("cpu")))
+    except Exception as e:
+        race["reorder"] = f"no ranged entry: {type(e).__name__}: {sweep._first_line(e)}"
+        return race
+    if not address:
+        race["reorder"] = "no ranged entry"
+        return race
+    import math
+
+    n = math.prod(made.dims)
+    schedules = {"halves": [(n // 2, n), (0, n // 2)], "reversed": [(k, k + 1) for k in reversed(range(n))]}
+    reorder = {}
+    for label, schedule in schedules.items():
+        status, value = _forked(lambda schedule=schedule: _launch(kernel, made, address, schedule))
+        if status != "ok":
+            reorder[label] = f"launch {status}: {value}"
+            continue
+        after, outside = value
+        diffs = [
+            _differs(a, expected[a.name], after[a.name], exact=not (a.name in private and a.kind == "float"))
+            for a in made.arrays
+        ]
+        if outside:
+            diffs.append(f"writes outside {outside}")
+        reorder[label] = "; ".join(d for d in diffs if d) or None
+    race["reorder"] = reorder
+    return race
+
+
+def examine(entry: sweep.Entry, progress: Callable[[str], None] | None = None) -> sweep.Verdict:
+    """Check jarp's verdicts on one kernel; the details go to the output as a ``detail`` line. Never raises."""
+    start = time.monotonic()
+    stage = "harvest"
+
+    def enter(name: str) -> None:
+        nonlocal stage
+        stage = name
+        if progress is not None:
+            progress(name)
+
+    def verdict(status: str, detail: str = "") -> sweep.Verdict:
+        return sweep.Verdict(entry.id, status, detail, stage, round(time.monotonic() - start, 3))
+
+    if entry.kernel is None:
+        return verdict("skipped", entry.skip)
+    kernel = entry.kernel
+    enter("fabricate")
+    try:
+        made = sweep.fabricate(kernel)
+    except Exception as e:
+        return verdict("skipped", f"cannot fabricate: {type(e).__name__}: {sweep._first_line(e)}")
+    enter("warp")
+    try:
+        expected = sweep.reference(kernel, made)
+    except sweep.Skip as e:
+        return verdict("skipped", str(e))
+    written = _changed(made, expected)
+    rec: dict[str, Any] = {"id": entry.id, "dims": list(made.dims), "arrays": [a.name for a in made.arrays]}
+    try:
+        enter("analysis")
+        observed = _writes_check(kernel, made, written, rec)
+        claims = _fill_claims(kernel, made)
+        enter("jarp")
+        try:
+            in_out, outputs, rerun, plans = _jarp_call(kernel, made, sorted(set(observed) | set(written)))
+        except sweep.Refused as e:
+            rec["jarp"] = f"refused: {sweep._first_line(e)}"
+        else:
+            rec["jarp"] = "ok"
+            rec["in_out"] = in_out
+            by_name = {a.name: a for a in made.arrays}
+            problems = [_close(by_name[n], expected[n], o) for n, o in zip(in_out, outputs, strict=True)]
+            rec["mismatch"] = "; ".join(p for p in problems if p) or None
+            if plans:
+                rec["race"] = _race_check(kernel, made, expected, in_out, outputs, rerun, plans[0], enter)
+        if claims:
+            enter("fill")
+            _fill_check(kernel, made, claims, rec)
+            enter("jarp-fill")
+            _fill_jarp(kernel, made, claims, written, rec)
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {sweep._first_line(e)} [{sweep._where(e)}] in {stage}"
+    if any(findings(rec).values()):
+        rec["source"] = kernel.adj.source
+    rec["seconds"] = round(time.monotonic() - start, 3)
+    with open(_OUTPUT or os.devnull, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"detail": rec}, default=str) + "\n")
+    return verdict("checked")
+
+
+# ======================================================================================================================
+# Findings
+# ======================================================================================================================
+
+
+def findings(rec: dict[str, Any]) -> dict[str, list[str]]:
+    """The unsound cases and over-refusal candidates of one kernel's record, each with its detail."""
+    out: dict[str, list[str]] = {"unsound_write": [], "unsound_race": [], "unsound_fill": [], "over_refusal": []}
+    accepted = rec.get("jarp") == "ok"
+    for n in rec.get("unsound_write", []):
+        out["unsound_write"].append(f"{n} written, not in jarp's verdict" + ("" if accepted else " (jarp refuses)"))
+    for n in rec.get("over_refusal", []):
+        out["over_refusal"].append(f"{n} never seen written")
+    race = rec.get("race") or {}
+    if race.get("split_diff"):
+        out["unsound_race"].append(f"2 threads vs 1: {race['split_diff']}")
+    reorder = race.get("reorder")
+    if isinstance(reorder, dict):
+        out["unsound_race"].extend(f"schedule {k}: {v}" for k, v in reorder.items() if v)
+    fill = rec.get("fill") or {}
+    pure = fill.get("pure", [])
+    for n, problem in (fill.get("sentinel") or {}).items():
+        if problem:
+            where = "may be a pure output" if n in fill.get("trailing", []) else "never a pure output: not trailing"
+            out["unsound_fill"].append(f"{n} ({where}): {problem}")
+    if fill.get("jarp") and not str(fill["jarp"]).startswith(("refused", "zero-filled")):
+        out["unsound_fill"].append(f"jarp's pure outputs {pure}: {fill['jarp']}")
+    return out
+
+
+def summarise(report: dict[str, Any]) -> str:
+    """Counts, then every unsound case."""
+    details = report["kernels"]
+    verdicts = report["verdicts"]
+    counts = collections.Counter(v["status"] for v in verdicts.values())
+    cats: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+    for kid, rec in sorted(details.items()):
+        for cat, items in findings(rec).items():
+            cats[cat].extend((kid, item) for item in items)
+    for kid, v in sorted(verdicts.items()):
+        died = v["detail"].startswith(("the worker", "the child")) and v["stage"] not in (
+            "harvest",
+            "fabricate",
+            "warp",
+        )
+        if died:
+            cats["unsound_race" if v["stage"] == "split" else "crash"].append((kid, f"{v['stage']}: {v['detail']}"))
+    races = [r.get("race") or {} for r in details.values()]
+    fills = [r.get("fill") or {} for r in details.values()]
+    lines = [
+        f"selected {report['selected']}, launched {len(details)}, "
+        + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+        + f", {report['restarts']} restarts, {report['seconds']:.0f} s",
+        f"jarp accepted {sum(r.get('jarp') == 'ok' for r in details.values())}, "
+        f"jarp mismatches {sum(bool(r.get('mismatch')) for r in details.values())}, "
+        f"analysis errors {sum('error' in r or 'writes_error' in r for r in details.values())}",
+        f"split plans: race-free {sum(bool(r.get('race_free')) for r in races)}, "
+        f"privatised {sum(bool(r.get('private')) for r in races)}, "
+        f"split observed {sum(r.get('split_items', 0) >= 2 for r in races)}; "
+        f"fill claims {sum(bool(f.get('claims')) for f in fills)}, "
+        f"trailing {sum(bool(f.get('pure')) for f in fills)}, jarp skipped {sum(bool(f.get('skipped')) for f in fills)}",
+        ", ".join(f"{cat} {len({k for k, _ in cats.get(cat, [])})}" for cat in (*findings({}), "crash")),
+    ]
+    for kid, rec in sorted(details.items()):
+        for key in ("mismatch", "error", "writes_error"):
+            if rec.get(key):
+                cats[key].append((kid, rec[key]))
+    for cat in ("unsound_write", "unsound_race", "unsound_fill", "crash", "mismatch", "error", "writes_error"):
+        lines.extend(f"{cat.upper()} {kid}: {item}" for kid, item in cats.get(cat, []))
+    lines.extend(f"OVER_REFUSAL {kid}: {item}" for kid, item in cats.get("over_refusal", []))
+    return "\n".join(lines)
+
+
+# ======================================================================================================================
+# Processes
+# ======================================================================================================================
+
+
+def _child(config: str, output: str) -> None:
+    """The child: the harness's child loop with `examine` as its check, the split thresholds lowered."""
+    global _OUTPUT
+    _OUTPUT = output
+    _force_splits()
+    sweep.check = examine
+    sweep._child_main(config, output)
+
+
+def run(
+    ids: Sequence[str] | None = None, limit: int | None = None, kernel_timeout: float = 600.0, max_restarts: int = 20
+) -> dict[str, Any]:
+    """Run `examine` over the harvest in child processes; a child that dies is restarted after the kernel it was on."""
+    started = time.monotonic()
+    verdicts: dict[str, dict[str, Any]] = {}
+    details: dict[str, dict[str, Any]] = {}
+    totals: dict[str, Any] = {}
+    restarts, log_tail = 0, ""
+    modules = sorted({i.split(":", 1)[0] for i in ids}) if ids else None
+    env = child_environment()
+    env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""})
+    env.pop("JAX_ENABLE_X64", None)
+    with tempfile.TemporaryDirectory(prefix="jarp-verdicts-") as tmp:
+        while True:
+            config = pathlib.Path(tmp) / "config.json"
+            config.write_text(
+                json.dumps(
+                    {
+                        "ids": list(ids) if ids else None,
+                        "modules": modules,
+                        "limit": limit,
+                        "kernel_timeout": kernel_timeout,
+                        "exclude": sorted(verdicts),
+                    }
+                )
+            )
+            output = pathlib.Path(tmp) / f"results{restarts}.jsonl"
+            output.touch()
+            log = pathlib.Path(tmp) / f"log{restarts}.txt"
+            command = [sys.executable, "-m", "tests.support.warp_kernel_verdicts", "--child", str(config), str(output)]
+            with open(log, "w") as log_file:
+                subprocess.run(command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, check=False)
+            current, finished, failure = None, False, ""
+            for record in sweep._records(output):
+                if "harvest" in record:
+                    totals = totals or record["harvest"]
+                elif "start" in record:
+                    current = record["start"]
+                elif "verdict" in record:
+                    verdicts[record["verdict"]["id"]] = record["verdict"]
+                    current = None
+                elif "detail" in record:
+                    details[record["detail"]["id"]] = record["detail"]
+                elif "done" in record:
+                    finished = True
+                    restarts += record.get("crashes", 0)
+                elif "failed" in record:
+                    failure = record["failed"]
+            log_tail = (log_tail + log.read_text(errors="replace"))[-8000:]
+            if finished or failure or current is None:
+                break
+            verdicts[current] = {"id": current, "status": "crash", "detail": "the child died", "stage": "?"}
+            restarts += 1
+            if restarts > max_restarts:
+                break
+    return {
+        "selected": totals.get("selected", 0),
+        "harvested": totals.get("entries", 0),
+        "restarts": restarts,
+        "seconds": round(time.monotonic() - started, 1),
+        "failure": failure,
+        "verdicts": verdicts,
+        "kernels": details,
+        "log_tail": log_tail,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: a run whose summary is printed, the whole report written with ``--json``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("CONFIG", "OUTPUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=int, default=None, help="at most this many kernels, evenly spread")
+    parser.add_argument("--json", metavar="PATH", help="write the whole report to PATH as JSON")
+    parser.add_argument("ids", nargs="*", help="kernel ids to run (default: all)")
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(*args.child)
+        return 0
+    report = run(args.ids or None, limit=args.limit)
+    text = summarise(report)
+    print(text)
+    if args.json:
+        report["summary"] = text
+        report["findings"] = {k: f for k, r in report["kernels"].items() if any((f := findings(r)).values())}
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
