@@ -44,6 +44,19 @@ def native_writes_x(x: wp.array(dtype=float), y: wp.array(dtype=float)):
     y[i] = 1.0
 
 
+@wp.func_native("""
+*((float*)ptr) = 100.0f;
+""")
+def store_at_address(ptr: wp.uint64): ...
+
+
+@wp.kernel
+def address_of_writes_x(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    store_at_address(wp.address_of(x[i]))  # an element's address, as an integer, to a native snippet
+    y[i] = 1.0
+
+
 @wp.kernel
 def pointer_writes_x(x: wp.array(dtype=float), y: wp.array(dtype=float)):
     i = wp.tid()
@@ -72,7 +85,14 @@ def operator_writes_x(x: wp.array(dtype=float), y: wp.array(dtype=float)):
     y[i] = x * s
 
 
-GENERATED_WRITERS = [store_address_writes_x, reference_writes_x, native_writes_x, pointer_writes_x, operator_writes_x]
+GENERATED_WRITERS = [
+    store_address_writes_x,
+    reference_writes_x,
+    native_writes_x,
+    address_of_writes_x,
+    pointer_writes_x,
+    operator_writes_x,
+]
 
 
 @wp.func

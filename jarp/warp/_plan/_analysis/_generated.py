@@ -40,7 +40,7 @@ _READ_MEMBERS = frozenset({"shape", "ndim", "size", "strides"})
 # Variable types that carry a pointer into an array (everything else is a value: a copy).
 _POINTER_TYPES = ("Reference", "array")
 
-READ, WRITE, DERIVE = "read", "write", "derive"
+READ, WRITE, DERIVE, RESULT = "read", "write", "derive", "result"
 
 
 def written_params(functions: Sequence[GeneratedFunction]) -> tuple[str, ...]:
@@ -103,6 +103,7 @@ class _Analysis:
         assign = _ASSIGN.match(text)
         target = assign.group(1) if assign else None
         derived: set[int] = set()
+        results: set[int] = set()
         for match in _TOKEN.finditer(text):
             name = match.group(0)
             if (name == target and match.start() == text.index(target)) or name not in roots:
@@ -112,10 +113,15 @@ class _Analysis:
                 written.update(roots[name])
             elif use == DERIVE:
                 derived.update(roots[name])
-        if target is not None and derived and types.get(target, "").startswith(_POINTER_TYPES):
-            roots.setdefault(target, set()).update(derived)
-        elif derived and target is None and not text.startswith("return "):
-            written.update(derived)  # a pointer handed somewhere that is neither a variable nor a return value
+            elif use == RESULT:
+                results.update(roots[name])
+        pointer_target = target is not None and types.get(target, "").startswith(_POINTER_TYPES)
+        if pointer_target:
+            roots.setdefault(target, set()).update(derived | results)
+        elif derived and not text.startswith("return "):
+            # a pointer handed somewhere that is neither a reference nor a return value: cast to an address
+            # (``(wp::uint64)(var_1)``, for a native snippet to store through), or a bare statement
+            written.update(derived)
 
     def _use(self, text: str, start: int, end: int) -> str:
         """How the tainted variable at ``text[start:end]`` is used."""
@@ -139,9 +145,9 @@ class _Analysis:
             fn = self.functions.get(callee)
             if fn is None:
                 return WRITE  # a store, an atomic, an in-place update, or a function not known to only read
-            if position in self.written(fn) or position >= len(fn.params):
-                return WRITE
-            return DERIVE  # its result may be the array (a function returning what it was given)
+            if position >= len(fn.params) or not fn.params[position][1] or position in self.written(fn):
+                return WRITE  # written there, or a pointer given to a reference (``wp.ref[T]``) parameter
+            return RESULT  # its result may be the array (a function returning what it was given), or a value
 
 
 def _enclosing_call(text: str, pos: int) -> tuple[str | None, int, int] | None:
