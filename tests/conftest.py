@@ -15,7 +15,7 @@ already), else ``ci`` when ``CI`` is set (to anything but empty, ``0`` or ``fals
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import jax
 import pytest
@@ -48,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "launch_paths: runs again with JARP_LAUNCH=python (the Python launch path) in `nox -s tests`"
     )
+    config.addinivalue_line(
+        "markers",
+        "native_launches: tests of the native handler and split CPU launches; run with checking mode off (checking "
+        "mode launches every call on the Python path, on one thread, so there is nothing of theirs to test)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -58,3 +63,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+
+
+@pytest.fixture(autouse=True)
+def _native_launches_unchecked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Checking mode off for a `native_launches` test (and the processes it starts); the mode as it was after."""
+    if request.node.get_closest_marker("native_launches") is None:
+        yield
+        return
+    import jarp.warp
+
+    previous = jarp.warp.checking_mode()
+    monkeypatch.delenv("JARP_CHECKING", raising=False)
+    jarp.warp.set_checking_mode(False)
+    try:
+        yield
+    finally:
+        jarp.warp.set_checking_mode(previous)

@@ -32,6 +32,9 @@ from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
 from ._export import export_checks as export_checks
+from ._ffi._checking import CheckingModeError as CheckingModeError
+from ._ffi._checking import checking_mode as checking_mode
+from ._ffi._checking import set_checking_mode as set_checking_mode
 from ._ffi._threads import cpu_linger_us as cpu_linger_us
 from ._ffi._threads import cpu_private_bytes as cpu_private_bytes
 from ._ffi._threads import cpu_threads as cpu_threads
@@ -64,6 +67,7 @@ __all__ = [
     "AbstractStructure",
     "BufferInfo",
     "Bvh",
+    "CheckingModeError",
     "CudaLaunchCheck",
     "CudaLaunchMismatchError",
     "Energy",
@@ -84,6 +88,7 @@ __all__ = [
     "Volume",
     "WarpPatch",
     "check_cuda_launches",
+    "checking_mode",
     "compile_aot",
     "cpu_linger_us",
     "cpu_private_bytes",
@@ -98,6 +103,7 @@ __all__ = [
     "register_ffi_callback",
     "set_cpu_linger_us",
     "set_cpu_private_bytes",
+    "set_checking_mode",
     "set_cpu_threads",
     "struct",
     "to_warp",

@@ -24,7 +24,7 @@ import warp as wp
 
 from .._plan._values import Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
-from . import _errors, _locks, _native
+from . import _checking, _errors, _locks, _native
 from ._callable_executor import CallSite as CallSite
 from ._callable_executor import _CallableExecutor
 from ._callable_executor import current_call as current_call
@@ -78,6 +78,17 @@ def _drop(handles: list[int]) -> None:
 
 
 registry.on_release(drop_executors)
+
+
+def _rebuild_all() -> None:
+    """Drop every executor (and its native descriptors): the next call of each plan builds one for the launch mode
+    now in force (checking mode on or off)."""
+    with _locks.executors:
+        handles = sorted({key[0] for key in executors})
+    _drop(handles)
+
+
+_checking.on_change(_rebuild_all)
 
 
 class _Unloads:
@@ -137,10 +148,11 @@ def _build(plan: Plan, device: Any, frame: int) -> _Executor:
     """A new executor of ``plan`` on ``device`` (under `_locks.executors` and Warp's lock: a kernel executor loads its module)."""
     # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
     with default_fp_env():
+        checked = device.is_cpu and _checking.checking_mode()
         if plan.runs is Runs.CALLABLE:
-            return _CallableExecutor(plan, device)
+            return _checking.CheckedCpuCallableExecutor(plan, device) if checked else _CallableExecutor(plan, device)
         if device.is_cpu:
-            return _CpuKernelExecutor(plan, device)
+            return _checking.CheckedCpuKernelExecutor(plan, device) if checked else _CpuKernelExecutor(plan, device)
         if frame:
             _check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
         return _CudaKernelExecutor(plan, device)

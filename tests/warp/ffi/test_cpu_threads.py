@@ -34,6 +34,8 @@ from tests.support.paths import REPO
 # The launches run again on the Python path (which never splits: ``pooled == 0`` there); the settings do not depend
 # on the path, so their tests (the first section, several starting a process) run once.
 both_paths = pytest.mark.launch_paths
+# They count threads and splits of the native launch, which checking mode replaces by a checked one-thread launch.
+pytestmark = pytest.mark.native_launches
 
 NATIVE = os.environ.get(_native.ENV, "native") != "python"
 

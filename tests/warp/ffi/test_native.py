@@ -29,7 +29,7 @@ from tests.support import kernels_struct as ks
 from tests.support.lowered import custom_calls
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.launch_paths
+pytestmark = [pytest.mark.launch_paths, pytest.mark.native_launches]
 
 NATIVE = os.environ.get(_native.ENV, "native") != "python"
 

@@ -27,7 +27,7 @@ from jarp.warp._plan._signature import make_signature
 from jarp.warp._upstream import _warp_internals
 from tests.support import kernels_private as kp
 
-pytestmark = pytest.mark.launch_paths
+pytestmark = [pytest.mark.launch_paths, pytest.mark.native_launches]
 
 # Not `_native.active()`: a handler that failed to build must fail these tests, not skip their checks.
 NATIVE = os.environ.get(_native.ENV, "native") != "python"

@@ -18,6 +18,7 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
 
+@pytest.mark.native_launches  # counts the calls that reach Python
 @pytest.mark.parametrize("partitioner", ["gspmd", "shardy"])
 def test_sharded_batches_run_where_they_live(partitioner: str) -> None:
     """Auto and explicit meshes: one and two batch dims, broadcast inputs, a callable, grad, an unbatched call; grad
