@@ -341,6 +341,10 @@ class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
                         "cap the CPU threads at 1 (jarp.warp.set_cpu_threads(1))",
                     )
                 continue
+            # compared element by element (the buffer's scalar: a vec3's float), never wider: two ranges may write
+            # neighbouring half-precision elements of one 8-byte word
+            word = np.dtype(f"u{np.dtype(self.plan.results[j].dtype).itemsize}")
+            init, a, b, whole = (v.view(word) for v in (init, a, b, whole))
             changed_a, changed_b = a != init, b != init
             if np.any(changed_a & changed_b & (a != b)):
                 raise self._error(
@@ -348,10 +352,8 @@ class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
                     "values, but jarp judged it race-free and splits its CPU launches (updates would be lost)",
                     "cap the CPU threads at 1 (jarp.warp.set_cpu_threads(1))",
                 )
-            merged_bytes = init.copy()
-            merged_bytes[changed_a] = a[changed_a]
-            merged_bytes[changed_b] = b[changed_b]
-            if not np.array_equal(merged_bytes, whole):
+            merged = np.where(changed_b, b, np.where(changed_a, a, init))
+            if not np.array_equal(merged, whole):
                 raise self._error(
                     f"gave different values in {self._res(j)} when its launch was split in two index ranges than in "
                     "one launch (a thread reads what another writes), but jarp judged it race-free",
