@@ -1,15 +1,17 @@
 """Project automation: `python3 -m pip install nox && python3 -m nox -s <session>`.
 
 Sessions:
-    tests    the test suite: a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests, then the
-             bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`)
+    tests    the test suite: a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests (in checking
+             mode), the bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`),
+             the float32 suite again in checking mode (`JARP_CHECKING=1`), then the `slow` tests (the whole verdict
+             sweep over Warp's own kernels, in shards)
     lint     ruff check and ruff format --check
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
     hyperelastic  examples/hyperelastic.py, the 3-D FEM example (extra arguments after `--` go to the script)
 
 Virtual environments live in .nox/ and are reused between runs; each run still asks pip to install the session's
-requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` forwards arguments to both pytest runs.
+requirements, which is quick when nothing changed. `nox -s tests -- -k vmap` forwards arguments to every pytest run.
 """
 
 from __future__ import annotations
@@ -35,14 +37,21 @@ FLOAT32 = {"JAX_ENABLE_X64": "0"}
 # builds and its fixtures). Most of the suite's time is single-threaded (Warp builds, subprocesses), so two cores
 # take about 0.57 of the serial time. `nox -s tests -- -n 0` runs serially.
 WORKERS = ["-n", "auto", "--dist", "loadfile"]
+# The `slow` tests are few long ones (the shards of one sweep, in one file): spread test by test.
+SLOW_WORKERS = ["-n", "auto", "--dist", "load"]
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite in a float32 process, the `x64` tests in a float64 process, then the bridge tests on the Python path.
+    """Run the test suite in a float32 process, the `x64` tests in a float64 process, the bridge tests on the Python path, the suite in checking mode, then the `slow` tests.
 
     Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
-    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built.
+    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built. The `x64` run and a fourth,
+    float32 run of the whole suite (but the `native_launches` tests) are in checking mode (`JARP_CHECKING=1`): every
+    CPU launch verifies the analysis's verdicts on its kernel, the suite's kernels serving as cross-checks. The `slow` tests (left out
+    of the other runs by tests/conftest.py) are the shards of the verdict sweep over Warp's own kernels
+    (tests/warp/compat/test_warp_kernel_verdicts.py): about 13 minutes on 2 busy cores with Warp's kernel cache
+    warm.
 
     Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
     otherwise. Each run spreads the test files over one pytest-xdist worker per CPU (`-- -n 0`: serially).
@@ -51,7 +60,11 @@ def tests(session: nox.Session) -> None:
     """
     session.install("-e", ".[test]")
     session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS})
-    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **HYPOTHESIS})
+    # The float64 tests and the float32 suite again, in checking mode: every CPU launch verifies what the analysis
+    # said of its kernel (inputs unchanged, skipped fills, split launches); the tests of the native handler and of
+    # split launches themselves run unchecked (their marker turns the mode off).
+    checking = {**HYPOTHESIS, "JARP_CHECKING": "1"}
+    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **checking})
     session.run(
         "pytest",
         *WORKERS,
@@ -59,6 +72,17 @@ def tests(session: nox.Session) -> None:
         "launch_paths",
         *session.posargs,
         env={**FLOAT32, **HYPOTHESIS, "JARP_LAUNCH": "python"},
+    )
+    session.run("pytest", *WORKERS, "-m", "not native_launches", *session.posargs, env={**FLOAT32, **checking})
+    # arguments that narrow the runs (a file, -k) may leave no slow test: exit code 5 passes then
+    session.run(
+        "pytest",
+        *SLOW_WORKERS,
+        "-m",
+        "slow",
+        *session.posargs,
+        env={**FLOAT32, **HYPOTHESIS},
+        success_codes=[0, 5] if session.posargs else [0],
     )
 
 

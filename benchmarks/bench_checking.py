@@ -88,7 +88,9 @@ def main() -> None:
             jarp.warp.set_checking_mode(False)
             on, off = (statistics.median(samples[m]) for m in (True, False))
             results.append({"kernel": name, "n": n, "checked_s": on, "unchecked_s": off, "ratio": on / off})
-            print(f"{name:28s} n={n:>9,d}  unchecked {off * 1e6:10.1f} us  checked {on * 1e6:10.1f} us  x{on / off:6.1f}")
+            print(
+                f"{name:28s} n={n:>9,d}  unchecked {off * 1e6:10.1f} us  checked {on * 1e6:10.1f} us  x{on / off:6.1f}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -5,6 +5,9 @@ off) and one with ``JAX_ENABLE_X64=1`` that runs only the tests marked
 ``x64``. Precision is a process-wide JAX flag, so mixing both in one process
 would let one test's precision leak into another's traces.
 
+Tests marked ``slow`` (the whole verdict sweep over Warp's kernels) run only when ``-m`` names them
+(``pytest -m slow``); ``nox -s tests`` runs them in a run of their own, after the others.
+
 Hypothesis searches at random locally (its ``default`` profile) and replays the failures it found from its
 database (``.hypothesis/``). CI runs the ``ci`` profile: derandomised (the examples follow from each test's
 code, so a run is repeatable and a failure in CI fails again on any machine), with no deadline (a first call
@@ -53,13 +56,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "native_launches: tests of the native handler and split CPU launches; run with checking mode off (checking "
         "mode launches every call on the Python path, on one thread, so there is nothing of theirs to test)",
     )
+    config.addinivalue_line(
+        "markers", "slow: runs only when -m names it (`-m slow`); `nox -s tests` runs them in a run of their own"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     x64 = bool(jax.config.jax_enable_x64)
+    slow = "slow" in (config.getoption("markexpr") or "")  # else the slow tests are left out
     selected, deselected = [], []
     for item in items:
-        (selected if (item.get_closest_marker("x64") is not None) == x64 else deselected).append(item)
+        keep = (item.get_closest_marker("x64") is not None) == x64
+        keep = keep and (slow or item.get_closest_marker("slow") is None)
+        (selected if keep else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected

@@ -87,7 +87,9 @@ Scripts run in child processes, as modules from the repository root (``python -m
 * ``unawaited_at_exit_script.py``: kernel calls that reach jarp's callback after the script ends
   (``tests/warp/ffi/test_native.py``).
 * ``warp_kernel_verdicts.py``: jarp's write, race and fill verdicts on Warp's own kernels against ``wp.launch``
-  (built on ``warp_kernel_sweep``; run by hand, ``python -m tests.support.warp_kernel_verdicts``; not yet a test).
+  (built on ``warp_kernel_sweep``; ``tests/warp/compat/test_warp_kernel_verdicts.py``, the whole sweep marked
+  ``slow``; also ``python -m tests.support.warp_kernel_verdicts``). ``verdict_over_refusals.txt``: its over-refusal
+  candidates, each with its reason.
 * ``warp_kernel_sweep.py``: harvests the warp-lang wheel's own kernels and compares ``jax_kernel`` with ``wp.launch``
   on fabricated arguments, each kernel in a worker forked from one child (``tests/warp/compat/test_warp_kernel_sweep.py``;
   also ``python -m tests.support.warp_kernel_sweep``).

@@ -330,6 +330,19 @@ def spread(entries: Sequence[Entry], limit: int | None) -> list[Entry]:
     return [entries[(i * len(entries)) // limit] for i in range(limit)]
 
 
+def chunk(entries: Sequence[Entry], index: int, count: int) -> list[Entry]:
+    """The ``index``-th of ``count`` contiguous, nearly equal parts of ``entries`` (a shard of a sweep).
+
+    Contiguous, so that the kernels of one module (which share its Warp build) mostly fall into one part.
+
+    Raises:
+        ValueError: when ``index`` is not in ``0 .. count - 1``.
+    """
+    if not 0 <= index < count:
+        raise ValueError(f"chunk index {index} is not in 0 .. {count - 1}: pick one of the {count} chunks")
+    return list(entries[(index * len(entries)) // count : ((index + 1) * len(entries)) // count])
+
+
 # ======================================================================================================================
 # Fabricated arguments
 # ======================================================================================================================
@@ -887,6 +900,86 @@ def _where(e: BaseException) -> str:
 
 
 # ======================================================================================================================
+# Progress records
+# ======================================================================================================================
+
+
+class Progress:
+    """What a sweep's output file says so far, read as its processes append to it.
+
+    The child and its workers append one JSON record a line: ``harvest`` (the totals), then for each kernel
+    ``start``, a ``stage`` before each of its stages and its ``verdict`` (`tests.support.warp_kernel_verdicts` adds
+    a ``detail``), and at the end ``done`` (with the crashes the child survived) or ``failed``. `read` takes the
+    complete lines added since the last call (a line still being written waits for the next one) and follows them.
+
+    Args:
+        path: the output file.
+        offset: where to start reading (a worker's watcher starts at the end of what earlier workers wrote).
+
+    Attributes:
+        records: every record read, in order.
+        current: the kernel a ``start`` named and no ``verdict`` has ended yet (None between kernels).
+        stage: ``current``'s stage (``harvest`` until its first ``stage`` record).
+        finished: whether the ``done`` record was read.
+        crashes: the crashes the ``done`` record counts.
+        failure: the ``failed`` record's reason, or empty.
+        totals: the ``harvest`` record's totals (empty before it).
+        last: ``time.monotonic()`` when a record was last read (or the reader made).
+
+    Example:
+        ```python
+        progress = Progress(output)
+        while worker_running():
+            progress.read()
+            if time.monotonic() - progress.last > timeout:
+                kill_worker()
+        ```
+    """
+
+    def __init__(self, path: pathlib.Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self.records: list[dict[str, Any]] = []
+        self.current: str | None = None
+        self.stage = ""
+        self.finished = False
+        self.crashes = 0
+        self.failure = ""
+        self.totals: dict[str, Any] = {}
+        self.last = time.monotonic()
+
+    def read(self) -> list[dict[str, Any]]:
+        """The records of the complete lines added since the last call (lines that are not JSON are passed over)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        new = []
+        for line in complete.decode(errors="replace").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                new.append(json.loads(line))
+        for record in new:
+            if "harvest" in record:
+                self.totals = self.totals or record["harvest"]
+            elif "start" in record:
+                self.current, self.stage = record["start"], "harvest"
+            elif "stage" in record:
+                self.stage = record["stage"]
+            elif "verdict" in record:
+                self.current = None
+            elif "done" in record:
+                self.finished = True
+                self.crashes += record.get("crashes", 0)
+            elif "failed" in record:
+                self.failure = record["failed"]
+        if new:
+            self.last = time.monotonic()
+        self.records.extend(new)
+        return new
+
+
+# ======================================================================================================================
 # The child process
 # ======================================================================================================================
 
@@ -930,6 +1023,8 @@ def _child_main(config_path: str, output: str) -> None:
             for name in sorted(missing):
                 write({"verdict": dataclasses.asdict(Verdict(name, "skipped", "not found by the harvest", "harvest"))})
         entries = spread(entries, config.get("limit"))
+        if config.get("chunk") is not None:
+            entries = chunk(entries, *config["chunk"])
         write(
             {
                 "harvest": {
@@ -937,6 +1032,8 @@ def _child_main(config_path: str, output: str) -> None:
                     "entries": len(found.entries),
                     "selected": len(entries),
                     "import_failures": found.import_failures,
+                    "ids": [e.id for e in found.entries],
+                    "selected_ids": [e.id for e in entries],
                 }
             }
         )
@@ -957,7 +1054,7 @@ def _child_main(config_path: str, output: str) -> None:
                 finally:
                     os._exit(status)
             current, stage, ended = _watch_worker(pid, output, kernel_timeout)
-            done |= {r["verdict"]["id"] for r in _records(pathlib.Path(output)) if "verdict" in r}
+            done |= {r["verdict"]["id"] for r in Progress(pathlib.Path(output)).read() if "verdict" in r}
             if current is not None and current not in done:
                 status = "crash" if stage in ("jarp", "compare") else "skipped"
                 what = "jarp's call" if status == "crash" else f"the {stage} stage"
@@ -1004,33 +1101,22 @@ def _watch_worker(pid: int, output: str, kernel_timeout: float) -> tuple[str | N
         The kernel it was on when it ended (None when between kernels), that kernel's stage, and how it ended.
     """
     path = pathlib.Path(output)
-    offset, current, stage = path.stat().st_size, None, ""
-    last = time.monotonic()
+    progress = Progress(path, offset=path.stat().st_size)
     while True:
         finished, status = os.waitpid(pid, os.WNOHANG)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        offset += len(complete)
-        for line in complete.decode(errors="replace").splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                record = json.loads(line)
-                if "start" in record:
-                    current, stage = record["start"], "harvest"
-                elif "stage" in record:
-                    stage = record["stage"]
-                elif "verdict" in record:
-                    current = None
-                last = time.monotonic()
+        progress.read()
         if finished:
             code = os.waitstatus_to_exitcode(status)
-            return current, stage, f"exited with code {code}" if code >= 0 else f"died of signal {-code}"
-        if time.monotonic() - last > kernel_timeout:
+            return (
+                progress.current,
+                progress.stage,
+                f"exited with code {code}" if code >= 0 else f"died of signal {-code}",
+            )
+        if time.monotonic() - progress.last > kernel_timeout:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return current, stage, f"hung for {kernel_timeout:.0f} s"
+            return progress.current, progress.stage, f"hung for {kernel_timeout:.0f} s"
         time.sleep(0.1)
 
 
@@ -1091,24 +1177,26 @@ def run_sweep(
             output.touch()
             log_path = pathlib.Path(tmp) / f"log{restarts}.txt"
             # the child replaces a worker that crashes or hangs itself; this covers the child dying or hanging
-            finished, current, stage, ended = _run_child(
-                config_path, output, log_path, kernel_timeout + 120.0, timeout, started
+            progress, ended = run_child(
+                "tests.support.warp_kernel_sweep",
+                config_path,
+                output,
+                log_path,
+                kernel_timeout + 120.0,
+                timeout,
+                started,
             )
-            failure = ""
-            for record in _records(output):
-                if "harvest" in record:
-                    totals = record["harvest"]
-                elif "verdict" in record:
+            for record in progress.records:
+                if "verdict" in record:
                     v = Verdict(**record["verdict"])
                     verdicts[v.id] = v
-                elif "done" in record:
-                    restarts += record.get("crashes", 0)
-                elif "failed" in record:
-                    failure = record["failed"]
+            totals = progress.totals or totals
+            restarts += progress.crashes
+            current, stage, failure = progress.current, progress.stage, progress.failure
             log_tail = (log_tail + log_path.read_text(errors="replace"))[-8000:]
-            if failure or (not finished and current is None and ended != "sweep timed out"):
+            if failure or (not progress.finished and current is None and ended != "sweep timed out"):
                 raise RuntimeError(f"the sweep's child failed outside a kernel ({failure or ended}):\n{log_tail}")
-            if finished or ended == "sweep timed out":
+            if progress.finished or ended == "sweep timed out":
                 break
             status = "crash" if stage in ("jarp", "compare") else "skipped"
             what = "jarp's call" if status == "crash" else f"the {stage} stage"
@@ -1128,28 +1216,33 @@ def run_sweep(
     )
 
 
-def _records(path: pathlib.Path) -> list[dict[str, Any]]:
-    records = []
-    for line in path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return records
-
-
-def _run_child(
+def run_child(
+    module: str,
     config: pathlib.Path,
     output: pathlib.Path,
     log: pathlib.Path,
     kernel_timeout: float,
     timeout: float | None,
     started: float,
-) -> tuple[bool, str | None, str, str]:
-    """Run one child until it finishes, dies, or hangs.
+) -> tuple[Progress, str]:
+    """Run one child (``python -m module --child config output``) until it finishes, dies, or hangs.
+
+    The child runs on the CPU only, without the caller's ``JAX_ENABLE_X64``, in a session of its own (killed whole).
+
+    Args:
+        module: the module whose ``--child`` runs the sweep (this one, or `tests.support.warp_kernel_verdicts`).
+        config: the child's configuration (JSON).
+        output: the file the child and its workers append their records to.
+        log: the file for the child's stdout and stderr.
+        kernel_timeout: seconds without a record, while on a kernel, before the child is killed as hung.
+        timeout: seconds since ``started`` before the child is killed (the sweep timed out), or None.
+        started: ``time.monotonic()`` when the sweep started.
 
     Returns:
-        Whether it finished, the kernel it was on and the stage (when it did not), and how it ended.
+        The `Progress` read from ``output`` (whether it finished, the kernel it was on and that kernel's stage when it
+        did not), and how it ended (empty when it finished).
     """
-    command = [sys.executable, "-m", "tests.support.warp_kernel_sweep", "--child", str(config), str(output)]
+    command = [sys.executable, "-m", module, "--child", str(config), str(output)]
     env = child_environment()
     env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""})
     env.pop("JAX_ENABLE_X64", None)
@@ -1157,34 +1250,19 @@ def _run_child(
         proc = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
         )
-    offset, current, stage, finished = 0, None, "", False
-    last_progress = time.monotonic()
+    progress = Progress(output)
     ended = ""
     while True:
         returncode = proc.poll()
-        text = output.read_text(errors="replace")
-        complete = text[: text.rfind("\n") + 1]
-        for line in complete[offset:].splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                record = json.loads(line)
-                if "start" in record:
-                    current, stage = record["start"], "harvest"
-                elif "stage" in record:
-                    stage = record["stage"]
-                elif "verdict" in record:
-                    current = None
-                elif "done" in record:
-                    finished = True
-                last_progress = time.monotonic()
-        offset = len(complete)
+        progress.read()
         if returncode is not None:
-            if not finished:
+            if not progress.finished:
                 ended = f"exited with code {returncode}" if returncode >= 0 else f"died of signal {-returncode}"
             break
         now = time.monotonic()
         if timeout is not None and now - started > timeout:
             ended = "sweep timed out"
-        elif current is not None and now - last_progress > kernel_timeout:
+        elif progress.current is not None and now - progress.last > kernel_timeout:
             ended = f"hung for {kernel_timeout:.0f} s"
         if ended:
             with contextlib.suppress(ProcessLookupError):
@@ -1192,7 +1270,7 @@ def _run_child(
             proc.wait()
             break
         time.sleep(0.2)
-    return finished, current, stage, ended
+    return progress, ended
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,9 +17,13 @@ processes). For each kernel the harness can launch it records:
   (an element left unwritten, or a result read from it) is an unsound fill. Where the claimed arrays end the
   parameter list, jarp's call with them as pure outputs too, against ``wp.launch`` on zero-filled outputs.
 
-Structs are not covered (the harness does not fabricate them). By hand::
+Structs are not covered (the harness does not fabricate them). The over-refusal candidates of the whole sweep are
+listed, each with its reason, in ``tests/support/verdict_over_refusals.txt`` (`load_over_refusals`,
+`over_refusal_drift`). Run by ``tests/warp/compat/test_warp_kernel_verdicts.py`` (a subset; the whole, in shards,
+marked ``slow``); by hand::
 
     python -m tests.support.warp_kernel_verdicts --limit 100 --json /tmp/verdicts.json
+    python -m tests.support.warp_kernel_verdicts --chunk 0 4          # the first of 4 shards of the whole
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import os
 import pathlib
 import pickle
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import warp_kernel_sweep as sweep
-from .paths import REPO, child_environment
+from .paths import REPO
 
 #: Seconds one forked ``wp.launch`` check may take.
 FORK_TIMEOUT = 60.0
@@ -247,9 +250,15 @@ def _pool_items() -> int:
 
 
 def _force_splits() -> None:
-    """Lower the split thresholds so that a launch of a few tasks splits (and gets a ranged entry point)."""
+    """Lower the split thresholds so that a launch of a few tasks splits (and gets a ranged entry point).
+
+    Checking mode goes off (whatever ``JARP_CHECKING`` says): it runs every launch on one thread, on the Python path,
+    so that no launch would split and the race checks would check nothing.
+    """
+    import jarp.warp as jw
     from jarp.warp._ffi import _threads
 
+    jw.set_checking_mode(False)
     _threads.MIN_TASKS = 1
     _threads.MIN_RANGE = 1
     _threads.MIN_COST_NS = 0
@@ -293,11 +302,11 @@ def _writes_check(kernel: Any, made: sweep.Fabricated, written: list[str], rec: 
 
 def _fill_claims(kernel: Any, made: sweep.Fabricated) -> dict[str, int]:
     """The arrays jarp would not zero-fill as pure outputs of this launch (`_builder._zero_filled`'s test)."""
-    from jarp.warp._plan._analysis import _names, _races, overwritten_outputs
+    from jarp.warp._plan._analysis import _overwrites, _races
 
     if not _races.warps_thread_index(kernel):
         return {}
-    claims = overwritten_outputs(_names.compiled_source(kernel), tuple(a.name for a in made.arrays))
+    claims = _overwrites.overwritten_in_code(kernel, tuple(a.name for a in made.arrays))
     ndim = {a.name: len(a.shape) for a in made.arrays}
     return {n: r for n, r in claims.items() if r == len(made.dims) == ndim[n]}
 
@@ -519,55 +528,189 @@ def examine(entry: sweep.Entry, progress: Callable[[str], None] | None = None) -
 # Findings
 # ======================================================================================================================
 
+#: The categories of `unsound`, in report order: jarp's verdicts contradicted by ``wp.launch``, then the checks that
+#: could not conclude (a crash past Warp's reference launches, jarp's result differing from Warp's, an exception).
+UNSOUND = ("unsound_write", "unsound_race", "unsound_fill", "crash", "mismatch", "error", "writes_error")
+#: The reasons an over-refusal candidate may have, each the start of its reason in `OVER_REFUSALS_FILE`.
+OVER_REFUSAL_REASONS = ("data-dependent write", "writes equal bytes", "known analysis limit")
+#: The over-refusal candidates of the whole sweep, each with its reason (read by `load_over_refusals`).
+OVER_REFUSALS_FILE = REPO / "tests" / "support" / "verdict_over_refusals.txt"
+
 
 def findings(rec: dict[str, Any]) -> dict[str, list[str]]:
-    """The unsound cases and over-refusal candidates of one kernel's record, each with its detail."""
+    """One kernel's unsound cases and over-refusal candidates, each with jarp's verdict and what ``wp.launch`` did."""
     out: dict[str, list[str]] = {"unsound_write": [], "unsound_race": [], "unsound_fill": [], "over_refusal": []}
     accepted = rec.get("jarp") == "ok"
+    seen = rec.get("seen_written") or {}
+    launches = "; ".join(f"{how}: {names}" for how, names in seen.items())
     for n in rec.get("unsound_write", []):
-        out["unsound_write"].append(f"{n} written, not in jarp's verdict" + ("" if accepted else " (jarp refuses)"))
+        out["unsound_write"].append(
+            f"{n}: jarp's verdict writes {rec.get('jarp_writes')}"
+            + ("" if accepted else " (jarp refuses the call)")
+            + f", wp.launch wrote {n} ({launches})"
+        )
     for n in rec.get("over_refusal", []):
-        out["over_refusal"].append(f"{n} never seen written")
+        out["over_refusal"].append(
+            f"{n}: jarp's verdict writes {rec.get('jarp_writes')}, wp.launch never wrote it ({launches})"
+        )
     race = rec.get("race") or {}
+    plan = "race-free plan" if race.get("race_free") else f"plan privatising {race.get('private')}"
     if race.get("split_diff"):
-        out["unsound_race"].append(f"2 threads vs 1: {race['split_diff']}")
+        out["unsound_race"].append(f"{plan}: jarp split over 2 threads differs from 1 thread: {race['split_diff']}")
     reorder = race.get("reorder")
     if isinstance(reorder, dict):
-        out["unsound_race"].extend(f"schedule {k}: {v}" for k, v in reorder.items() if v)
+        out["unsound_race"].extend(
+            f"{plan}: jarp's ranged entry run {k} differs from wp.launch: {v}" for k, v in reorder.items() if v
+        )
     fill = rec.get("fill") or {}
     pure = fill.get("pure", [])
     for n, problem in (fill.get("sentinel") or {}).items():
         if problem:
             where = "may be a pure output" if n in fill.get("trailing", []) else "never a pure output: not trailing"
-            out["unsound_fill"].append(f"{n} ({where}): {problem}")
+            out["unsound_fill"].append(
+                f"{n} ({where}): jarp claims every thread overwrites it (skips its zero-fill); "
+                f"wp.launch on it prefilled: {problem}"
+            )
     if fill.get("jarp") and not str(fill["jarp"]).startswith(("refused", "zero-filled")):
-        out["unsound_fill"].append(f"jarp's pure outputs {pure}: {fill['jarp']}")
+        out["unsound_fill"].append(
+            f"jarp's pure outputs {pure} (zero-fill skipped for {fill.get('skipped')}) differ from wp.launch on "
+            f"zero-filled ones: {fill['jarp']}"
+        )
     return out
 
 
-def summarise(report: dict[str, Any]) -> str:
-    """Counts, then every unsound case."""
+def _categorised(report: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """(kernel id, detail) by category: those of `findings`, and those of `UNSOUND` past them."""
     details = report["kernels"]
-    verdicts = report["verdicts"]
-    counts = collections.Counter(v["status"] for v in verdicts.values())
     cats: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
     for kid, rec in sorted(details.items()):
         for cat, items in findings(rec).items():
             cats[cat].extend((kid, item) for item in items)
-    for kid, v in sorted(verdicts.items()):
-        died = v["detail"].startswith(("the worker", "the child")) and v["stage"] not in (
+    for kid, v in sorted(report["verdicts"].items()):
+        died = v["detail"].startswith(("the worker", "the child", "the sweep's child")) and v["stage"] not in (
             "harvest",
             "fabricate",
             "warp",
         )
         if died:
             cats["unsound_race" if v["stage"] == "split" else "crash"].append((kid, f"{v['stage']}: {v['detail']}"))
+    for kid, rec in sorted(details.items()):
+        for key in ("mismatch", "error", "writes_error"):
+            if rec.get(key):
+                cats[key].append((kid, rec[key]))
+    return cats
+
+
+def unsound(report: dict[str, Any]) -> list[str]:
+    """Every unsound verdict (and every check that could not conclude), one line each: category, kernel, detail."""
+    cats = _categorised(report)
+    return [f"{cat.upper()} {kid}: {item}" for cat in UNSOUND for kid, item in cats.get(cat, [])]
+
+
+def over_refusals(report: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """The over-refusal candidates: (kernel id, parameter) -> jarp's verdict and what ``wp.launch`` did."""
+    return {
+        (kid, n): f"jarp's verdict writes {rec.get('jarp_writes')}, wp.launch never wrote {n}"
+        for kid, rec in sorted(report["kernels"].items())
+        for n in rec.get("over_refusal", [])
+    }
+
+
+def counts(report: dict[str, Any]) -> dict[str, int]:
+    """A run's kernels by outcome, and its over-refusal candidates.
+
+    Returns:
+        How many kernels were selected, checked, equal (jarp took the call and matched ``wp.launch``), refused by
+        jarp, skipped by the harness, unsound (any category of `UNSOUND`); how many over-refusal candidates
+        (kernel, parameter) there are.
+    """
+    details = report["kernels"]
+    verdicts = report["verdicts"]
+    return {
+        "selected": report["selected"],
+        "checked": len(details),
+        "equal": sum(r.get("jarp") == "ok" and not r.get("mismatch") for r in details.values()),
+        "refused": sum(str(r.get("jarp", "")).startswith("refused") for r in details.values()),
+        "skipped": sum(v["status"] == "skipped" for v in verdicts.values()),
+        "unsound": len({line.split(" ", 2)[1] for line in unsound(report)}),
+        "over_refusal": len(over_refusals(report)),
+    }
+
+
+def load_over_refusals(path: pathlib.Path = OVER_REFUSALS_FILE) -> dict[tuple[str, str], str]:
+    """The checked-in over-refusal candidates: (kernel id, parameter) -> reason.
+
+    One a line: ``<kernel id> <parameter> <reason>``, the reason starting with one of `OVER_REFUSAL_REASONS`;
+    blank lines and lines starting with ``#`` are passed over.
+
+    Raises:
+        ValueError: naming the line that has no reason, a reason of another kind, or repeats an entry.
+    """
+    listed: dict[tuple[str, str], str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        kid, param, reason = ([*line.split(None, 2), "", ""])[:3]
+        where = f"{path.name}:{number}"
+        if not reason.startswith(OVER_REFUSAL_REASONS):
+            raise ValueError(
+                f"{where}: {line!r} has no reason, or one of another kind: write '<kernel id> <parameter> <reason>', "
+                f"the reason starting with one of {OVER_REFUSAL_REASONS}"
+            )
+        if (kid, param) in listed:
+            raise ValueError(f"{where}: {kid} {param} is listed twice: keep one line")
+        listed[(kid, param)] = reason
+    return listed
+
+
+def over_refusal_drift(report: dict[str, Any], listed: dict[tuple[str, str], str], *, stale: bool = True) -> list[str]:
+    """How the run's over-refusal candidates differ from ``listed``, one line each (empty when they agree).
+
+    Only the kernels the run selected are compared: a new candidate (not listed), a listed one that is no longer
+    (fixed, or its kernel is no longer checked). With ``stale``, and when the run knows every harvested id, also a
+    listed kernel that Warp's wheel no longer has (one shard of a sweep reports those; the others pass ``False``).
+    """
+    found = over_refusals(report)
+    selected = set(report.get("selected_ids") or report["verdicts"])
+    harvested = set(report.get("harvested_ids") or ()) if stale else set()
+    lines = [
+        f"NEW over-refusal {kid} {n}: {detail}; if it is one, list it in {OVER_REFUSALS_FILE.name} with its reason "
+        f"({' / '.join(OVER_REFUSAL_REASONS)})"
+        for (kid, n), detail in found.items()
+        if (kid, n) not in listed
+    ]
+    for (kid, n), reason in sorted(listed.items()):
+        if kid in selected and (kid, n) not in found:
+            rec = report["kernels"].get(kid)
+            if rec is not None and "jarp_writes" in rec:
+                lines.append(
+                    f"FIXED over-refusal {kid} {n} (listed: {reason}): jarp's verdict now writes {rec['jarp_writes']}, "
+                    f"wp.launch wrote {rec.get('observed')}: remove its line from {OVER_REFUSALS_FILE.name}"
+                )
+            else:
+                v = report["verdicts"].get(kid, {})
+                lines.append(
+                    f"UNCHECKED listed over-refusal {kid} {n}: the kernel ended {v.get('status', 'not run')} "
+                    f"({v.get('detail', '')}), so its writes were not observed"
+                )
+        elif harvested and kid not in harvested:
+            lines.append(f"STALE over-refusal {kid} {n}: Warp's wheel has no such kernel: remove its line")
+    return lines
+
+
+def summarise(report: dict[str, Any]) -> str:
+    """Counts, then every unsound case, then the over-refusal candidates."""
+    details = report["kernels"]
+    verdicts = report["verdicts"]
+    statuses = collections.Counter(v["status"] for v in verdicts.values())
+    cats = _categorised(report)
     races = [r.get("race") or {} for r in details.values()]
     fills = [r.get("fill") or {} for r in details.values()]
     lines = [
         f"selected {report['selected']}, launched {len(details)}, "
-        + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+        + ", ".join(f"{k} {n}" for k, n in sorted(statuses.items()))
         + f", {report['restarts']} restarts, {report['seconds']:.0f} s",
+        ", ".join(f"{k} {n}" for k, n in counts(report).items()),
         f"jarp accepted {sum(r.get('jarp') == 'ok' for r in details.values())}, "
         f"jarp mismatches {sum(bool(r.get('mismatch')) for r in details.values())}, "
         f"analysis errors {sum('error' in r or 'writes_error' in r for r in details.values())}",
@@ -578,12 +721,7 @@ def summarise(report: dict[str, Any]) -> str:
         f"trailing {sum(bool(f.get('pure')) for f in fills)}, jarp skipped {sum(bool(f.get('skipped')) for f in fills)}",
         ", ".join(f"{cat} {len({k for k, _ in cats.get(cat, [])})}" for cat in (*findings({}), "crash")),
     ]
-    for kid, rec in sorted(details.items()):
-        for key in ("mismatch", "error", "writes_error"):
-            if rec.get(key):
-                cats[key].append((kid, rec[key]))
-    for cat in ("unsound_write", "unsound_race", "unsound_fill", "crash", "mismatch", "error", "writes_error"):
-        lines.extend(f"{cat.upper()} {kid}: {item}" for kid, item in cats.get(cat, []))
+    lines.extend(unsound(report))
     lines.extend(f"OVER_REFUSAL {kid}: {item}" for kid, item in cats.get("over_refusal", []))
     return "\n".join(lines)
 
@@ -603,18 +741,34 @@ def _child(config: str, output: str) -> None:
 
 
 def run(
-    ids: Sequence[str] | None = None, limit: int | None = None, kernel_timeout: float = 600.0, max_restarts: int = 20
+    ids: Sequence[str] | None = None,
+    limit: int | None = None,
+    kernel_timeout: float = 600.0,
+    max_restarts: int = 20,
+    chunk: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Run `examine` over the harvest in child processes; a child that dies is restarted after the kernel it was on."""
+    """Run `examine` over the harvest in child processes; a child that dies is restarted after the kernel it was on.
+
+    Args:
+        ids: the kernel ids to check (default: all harvested); only their modules are imported.
+        limit: check at most this many kernels, evenly spread over the selection (`sweep.spread`).
+        kernel_timeout: seconds one kernel may go without progress before its worker is killed as hung.
+        max_restarts: how many crashes or hangs of the child the run survives.
+        chunk: ``(index, count)``: check only the ``index``-th of ``count`` contiguous parts of the selection
+            (`sweep.chunk`), a shard of the whole.
+
+    Returns:
+        The report: ``selected``, ``harvested``, ``harvested_ids`` and ``selected_ids`` (the harvest's kernel ids,
+        when ``ids`` is None so that every module was imported, and the ids this run checks), ``restarts``, ``seconds``, ``failure`` (why the child failed outside a kernel, or
+        empty), ``verdicts`` (one `sweep.Verdict` as a dict per kernel), ``kernels`` (`examine`'s detail records, by
+        id) and ``log_tail``.
+    """
     started = time.monotonic()
     verdicts: dict[str, dict[str, Any]] = {}
     details: dict[str, dict[str, Any]] = {}
     totals: dict[str, Any] = {}
-    restarts, log_tail = 0, ""
+    restarts, log_tail, failure = 0, "", ""
     modules = sorted({i.split(":", 1)[0] for i in ids}) if ids else None
-    env = child_environment()
-    env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""})
-    env.pop("JAX_ENABLE_X64", None)
     with tempfile.TemporaryDirectory(prefix="jarp-verdicts-") as tmp:
         while True:
             config = pathlib.Path(tmp) / "config.json"
@@ -624,6 +778,7 @@ def run(
                         "ids": list(ids) if ids else None,
                         "modules": modules,
                         "limit": limit,
+                        "chunk": list(chunk) if chunk else None,
                         "kernel_timeout": kernel_timeout,
                         "exclude": sorted(verdicts),
                     }
@@ -632,35 +787,34 @@ def run(
             output = pathlib.Path(tmp) / f"results{restarts}.jsonl"
             output.touch()
             log = pathlib.Path(tmp) / f"log{restarts}.txt"
-            command = [sys.executable, "-m", "tests.support.warp_kernel_verdicts", "--child", str(config), str(output)]
-            with open(log, "w") as log_file:
-                subprocess.run(command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, check=False)
-            current, finished, failure = None, False, ""
-            for record in sweep._records(output):
-                if "harvest" in record:
-                    totals = totals or record["harvest"]
-                elif "start" in record:
-                    current = record["start"]
-                elif "verdict" in record:
+            # the child replaces a worker that crashes or hangs itself; this covers the child dying or hanging
+            progress, ended = sweep.run_child(
+                "tests.support.warp_kernel_verdicts", config, output, log, kernel_timeout + 120.0, None, started
+            )
+            for record in progress.records:
+                if "verdict" in record:
                     verdicts[record["verdict"]["id"]] = record["verdict"]
-                    current = None
                 elif "detail" in record:
                     details[record["detail"]["id"]] = record["detail"]
-                elif "done" in record:
-                    finished = True
-                    restarts += record.get("crashes", 0)
-                elif "failed" in record:
-                    failure = record["failed"]
+            totals = totals or progress.totals
+            restarts += progress.crashes
+            failure = progress.failure
             log_tail = (log_tail + log.read_text(errors="replace"))[-8000:]
-            if finished or failure or current is None:
+            if progress.finished or failure or progress.current is None:
+                failure = failure or ("" if progress.finished else f"the child {ended} outside a kernel")
                 break
-            verdicts[current] = {"id": current, "status": "crash", "detail": "the child died", "stage": "?"}
+            verdicts[progress.current] = dataclasses.asdict(
+                sweep.Verdict(progress.current, "crash", f"the child {ended}", progress.stage)
+            )
             restarts += 1
             if restarts > max_restarts:
+                failure = f"the child crashed {restarts} times"
                 break
     return {
         "selected": totals.get("selected", 0),
         "harvested": totals.get("entries", 0),
+        "harvested_ids": totals.get("ids", []) if ids is None else [],  # the whole harvest only
+        "selected_ids": totals.get("selected_ids", []),
         "restarts": restarts,
         "seconds": round(time.monotonic() - started, 1),
         "failure": failure,
@@ -671,24 +825,33 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: a run whose summary is printed, the whole report written with ``--json``."""
+    """The command line: a run whose summary is printed, the whole report written with ``--json``.
+
+    Exits with 1 when a verdict is unsound (or a check could not conclude), else 0.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("CONFIG", "OUTPUT"), help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help="at most this many kernels, evenly spread")
+    parser.add_argument(
+        "--chunk", nargs=2, type=int, metavar=("INDEX", "COUNT"), help="only the INDEX-th of COUNT parts"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the whole report to PATH as JSON")
     parser.add_argument("ids", nargs="*", help="kernel ids to run (default: all)")
     args = parser.parse_args(argv)
     if args.child:
         _child(*args.child)
         return 0
-    report = run(args.ids or None, limit=args.limit)
+    report = run(args.ids or None, limit=args.limit, chunk=tuple(args.chunk) if args.chunk else None)
     text = summarise(report)
-    print(text)
+    drift = over_refusal_drift(report, load_over_refusals())
+    print(text, *drift, sep="\n")
     if args.json:
         report["summary"] = text
+        report["counts"] = counts(report)
+        report["over_refusal_drift"] = drift
         report["findings"] = {k: f for k, r in report["kernels"].items() if any((f := findings(r)).values())}
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-    return 0
+    return 1 if unsound(report) or report["failure"] else 0
 
 
 if __name__ == "__main__":

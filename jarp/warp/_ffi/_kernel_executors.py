@@ -49,6 +49,16 @@ class _KernelExecutor(_Executor):
         _buffer_sizes.check_slices(plan, views, [offs for *_, offs in self.slots], self.buffers.shapes)
         # The CUDA parameters (the launch bounds, then every field of the block(s)), as both launch paths pass them.
         self.cuda_params = _arg_blocks.cuda_params([t for _, _, t in self.blocks], self.bounds)
+        if plan.code_hash is not None and self.entry.code_hash != plan.code_hash:
+            # the build loaded is not the code the plan's verdicts (writes, races, fills) were drawn from
+            raise RuntimeError(
+                f"{plan.name}: the code of kernel {kernel.key!r} changed after this call was traced (a @wp.func, "
+                "constant or struct its code names was rebound or redefined since; Warp's hash of the kernel is "
+                f"{str(self.entry.code_hash)[:12]} now, {plan.code_hash[:12]} when it was traced), and jarp launches a "
+                "kernel only under the judgements of what it writes, whether its CPU launch may be split and which "
+                "outputs it fills that were made for its code. Trace the call again (jax.clear_caches(), or jit a "
+                "new function) to judge the new code, or restore what the old code named."
+            )
 
     def native_descriptor(self) -> _native.LaunchDescriptor | None:
         """This launch as a descriptor for the native handler; None if it stays on the Python path."""

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import warp as wp
 from jax.custom_derivatives import SymbolicZero
 
-from .._plan import _dtypes
+from .._plan import _builder, _dtypes
 from .._plan._analysis import _races
 from .._plan._values import Binding, Buffer, Param, Plan, Runs
 from .._upstream import _jax_internals
@@ -33,6 +33,12 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     the launch, when pure outputs were zero), and a writable copy of each incoming
     cotangent (Warp's adjoint may accumulate into the adjoints of arrays it reads).
 
+    Then, as results aliased to them, private copies of the forward operands the backward launch may write
+    (`_builder.backward_writes`: a ``@wp.func`` its replay calls again stores into one, or a ``@wp.func_grad``,
+    ``@wp.func_replay`` or native adjoint does, or a callable's function writes its protected input), so that the
+    caller's buffer keeps its value and the launch reads the value the forward launch read; an input's copy is
+    discarded (`Plan.protected`). A callable's in-out operands always get one (its taped replay writes them).
+
     ``perturbed`` names the forward operands JAX differentiates (None: all). The others get no adjoint buffer
     (``Binding("none")``; a struct when none of its array fields is differentiated): a kernel's backward entry
     point then accumulates nothing for them (Warp's adjoints skip an adjoint array whose data is null), so no
@@ -43,25 +49,36 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     """
     n_ops, n_res = len(plan.operands), len(plan.results)
     in_out = {res: op for op, res in plan.in_out_aliases}
+    written = _builder.backward_writes(plan)
     params = []
-    replays: list[int] = []  # callables: the forward operands their in-out replays run on a copy of
+    replays: list[int] = []  # the forward operands the launch runs on a copy of (results aliased to them)
+    copies: list[int] = []  # those of them that are inputs (the others: callables' in-out replays)
+
+    def copy(op: int) -> Binding:
+        replays.append(op)
+        return Binding("result", n_ops + 2 * n_res + len(replays) - 1)
+
     for p in plan.params:
         b = p.primal
         if b.source == "operand":
+            primal = b
+            if p.spec.name in written:
+                # The backward code may store into this input: never into the caller's buffer
+                primal = copy(b.index)
+                copies.append(len(replays) - 1)
             if perturbed is not None and b.index not in perturbed:
-                params.append(Param(p.spec, b, Binding("none")))
+                params.append(Param(p.spec, primal, Binding("none")))
                 continue
-            params.append(Param(p.spec, b, Binding("result", b.index)))
+            params.append(Param(p.spec, primal, Binding("result", b.index)))
         elif b.source == "result" and b.index in in_out:
             # In-out: replay from the value before the launch; the incoming cotangent buffer
             # accumulates the adjoint of the reads and becomes the input's cotangent.
             primal = Binding("operand", in_out[b.index])
-            if plan.runs is Runs.CALLABLE:
-                # A callable's taped replay runs its function again, which writes the in-out array: give it a
-                # copy of the value before the launch (a result aliased to that operand), never the caller's
-                # buffer. (A kernel's backward entry point replays without storing.)
-                primal = Binding("result", n_ops + 2 * n_res + len(replays))
-                replays.append(in_out[b.index])
+            if plan.runs is Runs.CALLABLE or p.spec.name in written:
+                # A callable's taped replay runs its function again, which writes the in-out array, and a kernel's
+                # backward code may (above): give it a copy of the value before the launch (a result aliased to
+                # that operand), never the caller's buffer.
+                primal = copy(in_out[b.index])
             params.append(Param(p.spec, primal, Binding("result", n_ops + n_res + b.index)))
         elif b.source == "result":
             params.append(Param(p.spec, Binding("result", n_ops + b.index), Binding("result", n_ops + n_res + b.index)))
@@ -92,7 +109,7 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
         + tuple((op, n_ops + 2 * n_res + k) for k, op in enumerate(replays)),
         batch_shape=(),
         operand_batch=(),
-        protected=(),
+        protected=tuple(n_ops + 2 * n_res + k for k in copies),
         name=plan.name + " (adjoint)",
         race_free=race_free,
         private=private,

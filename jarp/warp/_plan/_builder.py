@@ -10,7 +10,7 @@ import numpy as np
 import warp as wp
 
 from . import _analysis, _dims, _launch_checks
-from ._analysis import _names, _races
+from ._analysis import _generated, _names, _overwrites, _races, _writes
 from ._binding import BoundCall
 from ._signature import Signature
 from ._values import Binding, Buffer, Param, Plan, Runs
@@ -52,6 +52,10 @@ def build_plan(
     """
     inferred = isinstance(launch_dims, _dims.InferredLaunchDims)
     launch_dims = tuple(launch_dims)
+    # First the hash of the code Warp's next build of the kernel compiles (a name its code resolves rebound since
+    # Warp hashed the module makes a new one): every verdict below is drawn from that code, and keyed by it, and so
+    # is the plan, whose executor launches no build with another hash
+    code_hash = _writes.code_hash(target) if runs is Runs.KERNEL else None
     if runs is Runs.KERNEL:
         _launch_checks.check_launch(target, launch_dims, block_dim, name)
     params = []
@@ -111,6 +115,7 @@ def build_plan(
         race_free=race_free,
         private=_races.private_results(params, private),
         shares_cpu_state=_races.plan_shares_cpu_state(runs, target, block_dim, bounds_checked, race_free),
+        code_hash=code_hash,
     )
 
 
@@ -127,7 +132,7 @@ def _zero_filled(
     ``tid_known``: ``target`` is a kernel whose thread index is Warp's ``wp.tid`` (else nothing counts as overwritten).
     """
     if tid_known:
-        overwritten = _analysis.overwritten_outputs(_names.compiled_source(target), tuple(s.name for s in sig.outputs))
+        overwritten = _overwrites.overwritten_in_code(target, tuple(s.name for s in sig.outputs))
     else:
         overwritten = {}
     zero = []
@@ -164,3 +169,41 @@ def protect_inputs(plan: Plan) -> Plan:
         aliases=plan.aliases + tuple((i, n_res + k) for k, i in enumerate(extra)),
         protected=tuple(n_res + k for k in range(len(extra))),
     )
+
+
+def backward_writes(plan: Plan) -> frozenset[str]:
+    """The array parameters of a plan whose primal buffer its backward launch may write.
+
+    Warp's backward entry point replays the kernel's forward code, calling each ``@wp.func`` again (a function that
+    stores into an array stores again), and runs the reverse code, which calls the user's ``@wp.func_grad`` and
+    ``@wp.func_replay`` functions and native adjoint snippets: code that may store into a primal array too. Judged on
+    the generated code (`_generated.backward_write_sites`); every array parameter where Warp could not generate it.
+    For a callable, whose taped replay runs its function again: the array inputs its forward plan gives a private
+    copy (`protect_inputs`), which it may write (its in-out arrays are copied for the replay in any case).
+
+    Raises:
+        ValueError: the backward code may write a struct parameter's array field (the launch reads those from the
+            caller's buffers, and has no copy of them to give).
+    """
+    if plan.runs is not Runs.KERNEL:
+        protected = {op for op, res in plan.aliases if res in plan.protected}
+        return frozenset(
+            p.spec.name for p in plan.params if p.primal.source == "operand" and p.primal.index in protected
+        )
+    arrays = [p.spec.name for p in plan.params if p.spec.is_array]
+    fields = [leaf.name for p in plan.params if p.spec.is_struct for leaf in p.spec.struct.arrays]
+    record = _writes.codegen_record(plan.target)
+    if record.error is not None or not record.backward:
+        return frozenset(arrays)  # (a kernel Warp cannot generate fails to build, forward)
+    sites = _generated.backward_write_sites(record.functions, record.backward)
+    for write in sites:
+        hit = _generated.reached(write.path, fields)
+        if hit:
+            where = f"in {write.via}" if write.via is not None else "in the kernel's own backward code"
+            raise ValueError(
+                f"{plan.name}: the backward code of kernel {plan.target.key!r} may write the struct field {hit[0]!r} "
+                f"(by {write.how}, {where}), an input the caller owns, and jarp gives a backward launch a private "
+                "copy of an array parameter only, not of a struct field. Pass the array as an array parameter of "
+                "its own, keep the gradient code from writing it, or give the module a vjp= rule."
+            )
+    return frozenset(a for write in sites for a in _generated.reached(write.path, arrays))

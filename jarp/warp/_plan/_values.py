@@ -133,6 +133,10 @@ class Plan:
             storage is one global of the module, or prints), or jarp cannot tell (`_races.sharing_blocker`);
             True for callables. Otherwise the batch slices of a CPU call may run concurrently. Derived like
             ``race_free``.
+        code_hash: Warp's hash of the kernel's code these verdicts (writes, races, fills) were drawn from
+            (`_warp_internals.current_code_hash`); None for callables. A plan traced after a name the kernel's code
+            resolves was rebound to other code differs from one traced before, and an executor refuses to launch a
+            build of the kernel with another hash. Derived like ``race_free``.
     """
 
     runs: Runs
@@ -158,6 +162,7 @@ class Plan:
     race_free: bool = False
     private: tuple[tuple[int, str], ...] = ()
     shares_cpu_state: bool = True
+    code_hash: str | None = None
 
     def __post_init__(self) -> None:
         if not self.operand_batch:

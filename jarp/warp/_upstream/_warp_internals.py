@@ -20,6 +20,7 @@ import inspect
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -232,6 +233,96 @@ def kernel_code_hash(kernel: wp.Kernel, block_dim: int) -> str | None:
     return None if digest is None else digest.hex()
 
 
+# The hash of each kernel alone at jarp's last look, by block dim (`current_code_hash`).
+_hashes_alone: weakref.WeakKeyDictionary[wp.Kernel, dict[int, bytes]] = weakref.WeakKeyDictionary()
+# Pairs (the module's hash of a kernel, the hash of the kernel alone) found to differ with no name rebound: Warp's
+# module hasher reuses the hash it computed for a function while hashing another kernel, which within a cycle of
+# functions calling each other is not the hash of that function reached from this kernel.
+_hash_orderings: weakref.WeakKeyDictionary[wp.Kernel, set[tuple[bytes, bytes]]] = weakref.WeakKeyDictionary()
+
+
+def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check: bool = True) -> str | None:
+    """Warp's content hash of ``kernel``'s code as it stands: what the next build of its module compiles for it.
+
+    The hash of the kernel alone, by a hasher of its own (a kernel's hash depends on no other kernel of its module:
+    it covers its key, options, source, argument types, the constants and ``wp.static`` values it reads and every
+    ``@wp.func`` it calls), from the names its code resolves now. Warp hashes a module once and keeps the hash until
+    something is defined in the module (``mark_modified``): a name the kernel's code resolves (a global, a closure
+    cell, a module attribute naming a ``@wp.func`` or a constant) rebound since goes unseen by the kept hash, yet
+    the module's next build compiles the new binding, under the old hash. Where the hash Warp keeps for the kernel
+    differs, the module is marked modified: Warp hashes it again at its next load, and the build it loads is then of
+    the code this hash describes. No module hash is left behind (it would hold every live kernel of the module).
+
+    Args:
+        kernel: a concrete kernel (an overload of a generic kernel, or a kernel jarp derived).
+        block_dim: the block dim of the module build whose hash it is, as resolved for its device
+            (`resolve_block_dim`); None: the CPU's default.
+        check: hash afresh (a fraction of a millisecond to a few: for planning and loading, never per call) and
+            compare with Warp's as above; without it, the hash as of the last look with it (a lookup).
+
+    Returns:
+        The hash (hex); None for a generic kernel.
+    """
+    if kernel.is_generic:
+        return None
+    if block_dim is None:
+        runtime_core()
+        block_dim = resolve_block_dim(wp.get_device("cpu"), None)
+    if not check:
+        known = _hashes_alone.get(kernel, {}).get(block_dim)
+        if known is not None:
+            return known.hex()
+    module = kernel.module
+    with _WARP_LOCK, _codegen_lock:
+        hasher = module.hashers.get(block_dim)
+        kept = None if hasher is None else hasher.kernel_hashes.get(kernel)
+        alone = _hash_alone(kernel, block_dim)
+        _hashes_alone.setdefault(kernel, {})[block_dim] = alone
+        if kept is not None and kept != alone and (kept, alone) not in _hash_orderings.get(kernel, ()):
+            module.mark_modified()
+            again = _module_hash(kernel, block_dim)
+            if again is not None and again != alone:
+                # hashed again from the names as they are now and still different: the module hasher's order
+                _hash_orderings.setdefault(kernel, set()).add((again, alone))
+    return alone.hex()
+
+
+def _hash_alone(kernel: wp.Kernel, block_dim: int) -> bytes:
+    """Warp's content hash of ``kernel`` by a hasher of its own, from the names as they are (under Warp's locks)."""
+    module = kernel.module
+    if module.has_unresolved_static_expressions:
+        _module_hash(kernel, block_dim)  # Warp resolves the module's wp.static() expressions first
+    options = module.resolve_options(wp.config, block_dim=block_dim)
+    saved = kernel.hash, getattr(kernel, "grid_stride", None)  # the hasher sets both: they belong to the module's
+    try:
+        return wp._src.context.ModuleHasher([kernel], options).kernel_hashes[kernel]
+    finally:
+        kernel.hash, kernel.grid_stride = saved
+
+
+def _module_hash(kernel: wp.Kernel, block_dim: int) -> bytes | None:
+    """The module's hash of ``kernel`` (under Warp's locks); a module hash computed for it is not kept."""
+    module = kernel.module
+    had = block_dim in module.hashers
+    module.get_module_hash(block_dim)
+    digest = module.hashers[block_dim].kernel_hashes.get(kernel)
+    if not had:
+        module.hashers.pop(block_dim, None)
+    return digest
+
+
+def loaded_code_hash(kernel: wp.Kernel, module_exec: Any, block_dim: int) -> str | None:
+    """`current_code_hash` of ``kernel`` where ``module_exec``, a build of its module just loaded right after that
+    look, is current (built under the module's hash, which describes the names as they are); else None (unknown: a
+    build the ``strip_hash`` module option has Warp load whatever the hash). Under Warp's lock."""
+    module = kernel.module
+    with _WARP_LOCK:
+        if module_exec.module_hash != module.get_module_hash(block_dim):
+            return None
+        known = _hashes_alone.get(kernel, {}).get(block_dim)
+    return None if known is None else known.hex()
+
+
 def entry_point_abi(kernel: wp.Kernel) -> str:
     """The ABI of ``kernel``'s entry points: ``"warp"`` (what ``wp.launch`` and jarp pass), or another of Warp's.
 
@@ -282,6 +373,7 @@ class EntryPoints:
         "block_dim",
         "build_options",
         "cluster_dim",
+        "code_hash",
         "device",
         "forward",
         "forward_smem",
@@ -296,6 +388,7 @@ class EntryPoints:
         hooks: Any,
         block_dim: int,
         build_options: dict[str, Any] | None = None,
+        code_hash: str | None = None,
     ) -> None:
         # Holding the ModuleExec keeps its binary loaded: Warp unloads a module's code when
         # that object is collected, e.g. after a new overload makes Warp rebuild the module,
@@ -307,6 +400,8 @@ class EntryPoints:
         # The resolved module options this build was compiled with (`_ffi._native._ranged.ranged_cpu_entry` compiles its companion
         # with them); None where unknown.
         self.build_options = build_options
+        # The kernel's hash in this build (`loaded_code_hash`): the code it runs; None where unknown.
+        self.code_hash = code_hash
         self.forward = _address(hooks.forward)
         self.backward = _address(hooks.backward)
         self.forward_smem = int(getattr(hooks, "forward_smem_bytes", 0))
@@ -360,6 +455,8 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
     resolved = resolve_block_dim(device, block_dim)
     with _WARP_LOCK:
         release_unloads(blocking=True)  # a safe point: unload the code dropped since
+        # a build loaded now compiles the names as they are now: the hash it is loaded under must say so
+        current_code_hash(kernel, resolved)
         try:
             module_exec = kernel.module.load(device, resolved)
         except BaseException:
@@ -378,7 +475,8 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
         # (Under the strip_hash module option Warp returns a loaded variant whatever the hash; then these may be newer.)
         options = kernel.module.resolved_options.get(resolved)
         build_options = None if options is None else dict(options)
-    entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim, build_options)
+        code_hash = loaded_code_hash(kernel, module_exec, resolved)
+    entry = EntryPoints(device, module_exec, hooks, module_exec.block_dim, build_options, code_hash)
     if not entry.forward:
         raise RuntimeError(
             f"Failed to find the forward entry point of kernel {kernel.key!r} in Warp module "
@@ -914,6 +1012,9 @@ def check_internals() -> None:
     assert isinstance(digest, str), "ModuleHasher.kernel_hashes changed"
     assert len(digest) == 64, "Warp's kernel hash is no longer a sha256 digest"
     assert kernel_code_hash(probe_kernel, 1) == digest, "Warp's kernel hash is not stable"
+    # current_code_hash: a kernel hashed alone hashes as in its module, whose kept hash Warp drops when marked modified
+    assert current_code_hash(probe_kernel, 1) == digest, "a kernel hashed alone no longer hashes as in its module"
+    assert callable(getattr(wp.Module, "mark_modified", None)), "wp.Module lost mark_modified (current_code_hash)"
     check_cpu_builds()
     check_array_access()
 
@@ -1038,8 +1139,17 @@ class CodegenRecord(NamedTuple):
     # The @wp.func overloads the kernel calls whose adjoint is the user's (``@wp.func_grad``, ``@wp.func_replay``)
     # or native code (``@wp.func_native``): what they write in a backward pass no record says
     custom_adjoints: tuple[str, ...] = ()
-    # The same functions with their C++ names and parameters, for the analysis of the generated code itself
+    # The same functions with their C++ names and parameters, for the analysis of the generated code itself (a
+    # custom gradient, which shares its function's C++ name, is in ``backward`` only)
     functions: tuple[GeneratedFunction, ...] = ()
+    # What the kernel's backward entry point runs besides those forward functions: its own backward code first (the
+    # replay of its forward code, then its reverse code; parameters: the primal ones, as in ``functions[0]``), then
+    # the reverse function (``adj_<name>``) of each function of ``functions`` (Warp's adjoint: the function's replay
+    # and reverse code; or the user's ``@wp.func_grad`` body; a native adjoint snippet opaque) and its replay
+    # function (``replay_<name>``) where the user gave one (``@wp.func_replay``; a native replay snippet opaque).
+    # Each lists its primal parameters only (the adjoint ones, ``adj_x``, follow them in C++); the key of the user's
+    # code names it for messages (``"scaled_grad, the @wp.func_grad of scaled"``)
+    backward: tuple[GeneratedFunction, ...] = ()
 
 
 def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRecord:
@@ -1083,17 +1193,29 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             builder = wp._src.context.ModuleBuilder(module, options, hasher=only, target="cpu")
             code = [(kernel.key, *_forward_lines(kernel.adj))]
             functions = [_generated_function(kernel.key, kernel.key, kernel.adj, False)]
+            backward = [_backward_function(kernel.key, kernel.key, kernel.adj, False)]
             seen = {id(kernel.adj)}
             custom: list[str] = []
+            # The user's gradient and replay functions: built by the builder as functions of their own, the
+            # gradient under its function's C++ name; their code runs in the backward pass only
+            extras = {
+                id(e)
+                for fn in builder.functions
+                for f in (fn, *getattr(fn, "user_overloads", {}).values())
+                for e in (getattr(f, "custom_grad_func", None), getattr(f, "custom_replay_func", None))
+                if e is not None
+            }
             for fn in builder.functions:
                 for f in (fn, *getattr(fn, "user_overloads", {}).values()):
                     adj = getattr(f, "adj", None)
                     if adj is not None and id(adj) not in seen:
                         seen.add(id(adj))
                         code.append((fn.key, *_forward_lines(adj)))
-                        opaque = bool(getattr(f, "native_snippet", None))
-                        name = getattr(f, "native_func", None) or fn.key
-                        functions.append(_generated_function(fn.key, name, adj, opaque))
+                        if id(f) not in extras and not getattr(adj, "custom_reverse_mode", False):
+                            opaque = bool(getattr(f, "native_snippet", None))
+                            name = getattr(f, "native_func", None) or fn.key
+                            functions.append(_generated_function(fn.key, name, adj, opaque))
+                            backward.extend(_backward_functions(fn.key, name, f, opaque))
                     if any(
                         getattr(f, a, None)
                         for a in ("custom_grad_func", "custom_replay_func", "native_snippet", "adj_native_snippet")
@@ -1116,7 +1238,15 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
                 for name, var in kernel.adj.symbols.items()
                 if isinstance(var, wp._src.codegen.Var) and _is_value_type(var.type)
             )
-            return CodegenRecord(access, None, values, tuple(code), tuple(dict.fromkeys(custom)), tuple(functions))
+            return CodegenRecord(
+                access,
+                None,
+                values,
+                tuple(code),
+                tuple(dict.fromkeys(custom)),
+                tuple(functions),
+                tuple(backward),
+            )
         except Exception as e:
             return CodegenRecord(None, f"{type(e).__name__}: {e}", frozenset())
         finally:
@@ -1124,8 +1254,59 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
 
 
 def _generated_function(key: str, name: str, adj: Any, opaque: bool) -> GeneratedFunction:
-    params = tuple((f"var_{a.label}", bool(wp.types.is_array(a.type))) for a in getattr(adj, "args", ()))
-    return GeneratedFunction(key, name, params, *_forward_lines(adj), opaque)
+    return GeneratedFunction(key, name, _params(adj), *_forward_lines(adj), opaque)
+
+
+def _params(adj: Any, count: int | None = None) -> tuple[tuple[str, bool], ...]:
+    """The C++ parameters of a function's code: each argument but a function-valued one (a ``wp.Function``
+    annotation, which Warp resolves when it generates the code and passes no value for); the first ``count``."""
+    args = [a for a in getattr(adj, "args", ())[:count] if not wp._src.types.is_warp_function_annotation(a.type)]
+    return tuple((f"var_{a.label}", bool(wp.types.is_array(a.type))) for a in args)
+
+
+def _backward_function(key: str, name: str, adj: Any, opaque: bool) -> GeneratedFunction:
+    """A function's reverse code as Warp generates it (`codegen_func_reverse`): the replay of its forward code, then
+    its reverse statements, last first; its primal parameters (the adjoint ones follow them in C++)."""
+    blocks = getattr(adj, "blocks", ())
+    replay = [line for block in blocks for line in block.body_replay]
+    reverse = [line for block in blocks for line in reversed(block.body_reverse)]
+    _, types = _forward_lines(adj)
+    return GeneratedFunction(key, name, _params(adj), (*replay, *reverse), types, opaque or not blocks)
+
+
+def _backward_functions(key: str, name: str, f: Any, opaque: bool) -> list[GeneratedFunction]:
+    """The functions a backward pass may call for the ``@wp.func`` overload ``f`` (Warp key ``key``, C++ name
+    ``name``) besides its forward code: its reverse function and its replay function (`CodegenRecord.backward`)."""
+    grad = getattr(f, "custom_grad_func", None)
+    replay = getattr(f, "custom_replay_func", None)
+    if opaque:
+        # a native snippet: its adjoint and replay are the user's native code (or nothing), opaque either way
+        found = [GeneratedFunction(f"the native adjoint of {key}", f"adj_{name}", _params(f.adj), (), (), True)]
+        if getattr(f, "replay_snippet", None):
+            label = f"the native replay of {key}"
+            found.append(GeneratedFunction(label, f"replay_{name}", _params(f.adj), (), (), True))
+        return found
+    if grad is not None:
+        # the user's gradient: its body, generated as forward code, is the reverse function; its first arguments
+        # are the function's (the adjoints of the return values follow)
+        label = f"{_user_name(grad, key)}, the @wp.func_grad of {key}"
+        count = grad.adj.custom_reverse_num_input_args
+        lines, types = _forward_lines(grad.adj)
+        built = bool(getattr(grad.adj, "blocks", ()))
+        found = [GeneratedFunction(label, f"adj_{name}", _params(grad.adj, count), lines, types, not built)]
+    else:
+        found = [_backward_function(key, f"adj_{name}", f.adj, False)]
+    if replay is not None:
+        label = f"{_user_name(replay, key)}, the @wp.func_replay of {key}"
+        lines, types = _forward_lines(replay.adj)
+        built = bool(getattr(replay.adj, "blocks", ()))
+        found.append(GeneratedFunction(label, f"replay_{name}", _params(replay.adj), lines, types, not built))
+    return found
+
+
+def _user_name(fn: Any, key: str) -> str:
+    """The Python name of the user's function behind a Warp function (``scaled_grad``), else ``key``."""
+    return getattr(getattr(fn, "func", None), "__qualname__", None) or key
 
 
 def _forward_lines(adj: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
@@ -1203,6 +1384,24 @@ def check_array_access() -> None:
     assert codegen_record(probes["func"]).custom_adjoints == (), "codegen_record.custom_adjoints sees a plain func"
     custom = codegen_record(probes["custom"]).custom_adjoints
     assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"
+    # the backward code (`CodegenRecord.backward`): the kernel's replay calls the function, its reverse code the
+    # function's adjoint; a custom gradient's body is that adjoint, under its function's C++ name
+    kernel_bw, callee_bw = codegen_record(probes["func"]).backward
+    assert any(line.startswith(callee.name + "(") for line in kernel_bw.lines), "Warp's Block.body_replay changed"
+    assert any(callee_bw.name + "(" in line for line in kernel_bw.lines), "Warp's Block.body_reverse changed"
+    assert callee_bw.name == "adj_" + callee.name, "Warp's reverse function names changed (CodegenRecord.backward)"
+    assert any("wp::adj_array_store(var_x" in line for line in callee_bw.lines), "Warp's reverse code changed"
+    record = codegen_record(probes["custom"])
+    assert getattr(_access_scaled.custom_grad_func.adj, "custom_reverse_mode", False), (
+        "Warp's custom gradient is no longer a function in custom reverse mode (CodegenRecord.backward)"
+    )
+    assert [f.key for f in record.functions] == [probes["custom"].key, _access_scaled.key], (
+        "CodegenRecord.functions lists a custom gradient as forward code (Warp's ModuleBuilder.functions changed)"
+    )
+    grad = record.backward[-1]
+    assert grad.name == "adj_" + record.functions[-1].name, "Warp's Function.custom_grad_func changed (backward)"
+    assert grad.params == (("var_x", False),), "Warp's custom_reverse_num_input_args changed (backward)"
+    assert any(line.startswith("adj_x = ") for line in grad.lines), "Warp's custom gradient code changed (backward)"
     a = wp.zeros(1, dtype=float, device="cpu", requires_grad=True)
     tape = wp.Tape()
     tape.record_launch(probes["store"], 1, 0, [a], [a], "cpu")

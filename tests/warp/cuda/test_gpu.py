@@ -228,7 +228,8 @@ LOWERING_CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...], list[tuple[
         (_x(),),
         [
             ("jarp_warp_call", "callable", k.scale_func, [((1,), 0)]),
-            ("jarp_warp_call", "callable_adjoint", k.scale_func, [((3,), 1), ((4,), 2)]),
+            # the cotangents' copies, then the replay's copy of the protected input
+            ("jarp_warp_call", "callable_adjoint", k.scale_func, [((3,), 1), ((4,), 2), ((5,), 0)]),
         ],
     ),
     "jvp-rule": (

@@ -388,6 +388,7 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
         cluster_dim=cluster_dim,
         forward_smem=SMEM[False],
         backward_smem=SMEM[True],
+        code_hash=plan.code_hash,  # the build of the code the plan was judged on
     )
     loads = []
 

@@ -17,7 +17,8 @@ One concern a file:
 - `_syntax`: the syntax-tree helpers they share.
 
 The source-level analyses (pure functions of source text) are re-exported here; `_names`, `_writes` and `_races`,
-which read Warp's objects, are imported as submodules (``from ._analysis import _races``).
+which read Warp's objects, are imported as submodules (``from ._analysis import _races``), as is `_overwrites` for
+`_overwrites.overwritten_in_code` (the source proof where the generated code agrees).
 """
 
 from ._builtins import ACCUMULATING_ATOMICS as ACCUMULATING_ATOMICS

@@ -69,3 +69,8 @@ def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
 # The atomics a privatised launch accumulates with, and how the per-range copies combine: a sum (``atomic_sub``
 # accumulates negated values, so its copies add up too), a minimum or a maximum.
 ACCUMULATING_ATOMICS = {"atomic_add": "add", "atomic_sub": "add", "atomic_min": "min", "atomic_max": "max"}
+
+
+# The dense linear-algebra builtins and the one array each writes: its position and keyword (Warp's native
+# ``matnn.h`` takes the others as ``const``). The batched ones have no native code: any of their arrays counts.
+DENSE_OUTPUTS = {"dense_gemm": (7, "C"), "dense_chol": (3, "L"), "dense_subs": (3, "x"), "dense_solve": (4, "x")}

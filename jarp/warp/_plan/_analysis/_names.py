@@ -15,6 +15,7 @@ import builtins
 import contextlib
 import contextvars
 import numbers
+import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -95,16 +96,30 @@ def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
 
     A name Python cannot resolve but whose root is the ``warp`` module (``wp.tid``), or a bare name that is
     nothing in Python, is looked up by Warp among its builtins: its last part is the key, if Warp has such a
-    builtin (otherwise the call is not a builtin's, and the caller treats it as one it cannot follow).
+    builtin (otherwise the call is not a builtin's, and the caller treats it as one it cannot follow). So is a name
+    that holds anything but a Warp function or a module: Warp calls the builtin its last part names before it
+    tries the object as a type (Python's ``len``, ``abs``, ``print``, ``float``; ``math.sqrt``).
     """
     if isinstance(obj, wp.Function):
         return obj.key if obj.is_builtin() else None
-    if obj is MISSING and name is not None:
-        key = name.rsplit(".", 1)[-1]
+    if name is None or obj is UNREADABLE or isinstance(obj, types.ModuleType):
+        return None
+    key = name.rsplit(".", 1)[-1]
+    if not _warp_internals.is_builtin_name(key):
+        return None
+    if obj is MISSING:
         root_is_warp = "." not in name or resolve_path(func, name.rsplit(".", 1)[0]) is wp
-        if root_is_warp and _warp_internals.is_builtin_name(key):
-            return key
-    return None
+        return key if root_is_warp else None
+    return key
+
+
+def constructs_type(node: ast.Call) -> bool:
+    """Whether ``node`` calls ``type(x)`` or a type attribute of it (``type(x).dtype``): Warp evaluates that callee
+    to the Warp type of ``x`` (whatever ``type`` names in Python), so the call constructs a value of it."""
+    callee = node.func
+    while isinstance(callee, ast.Attribute):
+        callee = callee.value
+    return isinstance(callee, ast.Call) and isinstance(callee.func, ast.Name) and callee.func.id == "type"
 
 
 def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapping[str, Any] | None = None) -> Any:

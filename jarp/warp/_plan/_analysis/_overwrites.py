@@ -4,7 +4,8 @@ stores into plainly rather than only accumulating (Warp's adjoint does not clear
 jarp zero-fills pure outputs before a launch so that accumulating kernels are correct. For the common elementwise
 kernel (``out[i] = ...`` with ``i = wp.tid()``) that fill is a wasted pass over memory, which matters for large
 arrays. `overwritten_outputs` proves, conservatively, that a kernel writes each element of an output exactly where
-its thread index points, so the fill can be skipped. Anything it does not recognise keeps the fill.
+its thread index points, so the fill can be skipped. Anything it does not recognise keeps the fill, and so does
+anything the generated code does with the output other than store into it (`overwritten_in_code`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,29 @@ from __future__ import annotations
 import ast
 import functools
 
+import warp as wp
+
+from . import _generated, _names, _writes
 from ._syntax import index_names, parse_function, parse_module, store_targets, stored_array, tid_assignment
+
+
+def overwritten_in_code(kernel: wp.Kernel, output_names: tuple[str, ...]) -> dict[str, int]:
+    """`overwritten_outputs` of the code Warp compiles for ``kernel``, where its generated code agrees.
+
+    The source proof sees the kernel's text; the generated code (`_generated.stored_only`) must use each output's
+    pointer only to store into it, in the kernel's own code: a load, a reference, a function or an operator
+    overload handed the output keeps its fill.
+
+    Returns:
+        ``{output name: number of thread index names}`` as `overwritten_outputs`, less what the generated code
+        does not confirm (all of it where Warp could not generate the code).
+    """
+    claims = overwritten_outputs(_names.compiled_source(kernel), output_names)
+    if not claims:
+        return claims
+    record = _writes.codegen_record(kernel)
+    stored = _generated.stored_only(record.functions) if record.error is None else ()
+    return {name: rank for name, rank in claims.items() if name in stored}
 
 
 @functools.lru_cache(maxsize=1024)

@@ -5,7 +5,9 @@ same result only when no two threads touch the same memory with one of them writ
 proves that of one function's source (every write at the thread's own index, no atomics, tiles or printing); this
 module follows the functions the kernel calls, resolving each name as Warp does (`_names`: closure, globals, the
 ``warp`` module, Python's builtins), into every ``@wp.func`` body, which must write no array at all. A builtin is checked by
-its name (`_builtins.racy_call`); anything that cannot be resolved or read refuses.
+its name (`_builtins.racy_call`); anything that cannot be resolved or read refuses. The C++ Warp generates has the last
+word (`_generated.race_veto`, `_generated.private_veto`): code the source never shows (a user function Warp calls for
+an operator, a reference parameter, a native snippet) keeps the launch whole.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..._upstream import _warp_internals
 from .._arg_spec import ArgSpec
 from .._struct_layout import passed_by_value
 from .._values import Buffer, Param, Runs
-from . import _builtins, _names, _ownership, _writes
+from . import _builtins, _generated, _names, _ownership, _writes
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
 
@@ -166,7 +168,8 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
 
     Returns:
         A short reason naming the construct and its line (``"line 5: wp.atomic_add"``; a called function's
-        reason follows the call's), or None.
+        reason follows the call's), or the generated code's (`_generated.race_veto`: a write outside the kernel's own
+        plain stores), or None.
     """
     if not warps_thread_index(kernel):
         return "a function named tid that is not Warp's wp.tid"
@@ -175,7 +178,9 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
     reason, calls = _ownership.race_free_blocker(
         _warp_internals.kernel_source(kernel), k.arrays, k.structs, launch_ndim=launch_ndim, written=k.written
     )
-    return reason or _calls_blocker(kernel.func, calls, 0)
+    # and the generated code must agree: every write a plain store in the kernel's own code
+    reason = reason or _calls_blocker(kernel.func, calls, 0)
+    return reason or _generated.race_veto(_generated_code(kernel), [name for name, _ in k.arrays])
 
 
 # The element scalars a combination of per-range copies supports, in the order of the native handler's scalar codes
@@ -197,7 +202,8 @@ def private_blocker(
     """Why ``kernel``'s launch cannot be split with private copies of its accumulated arrays, or what it accumulates.
 
     The kernel (and each ``@wp.func`` it passes an accumulated array to, followed as Warp resolves it) must
-    qualify under `_ownership.accumulation_blocker`; every other function it calls must write no array.
+    qualify under `_ownership.accumulation_blocker`; every other function it calls must write no array; and the
+    generated code must agree (`_generated.private_veto`: accumulated arrays written only by their atomics).
 
     Returns:
         ``(reason, ())`` where it cannot, else ``(None, ((array, combination), ...))`` in parameter order, the
@@ -226,9 +232,17 @@ def private_blocker(
     combined, reason = _follow(kernel.func, found, 0)
     if reason is None and not combined:
         reason = "nothing accumulated (race-free or not at all)"
+    if reason is None:  # the generated code must agree: accumulations by their atomics, other writes plain stores
+        reason = _generated.private_veto(_generated_code(kernel), [name for name, _ in k.arrays], combined)
     if reason is not None:
         return reason, ()
     return None, tuple((spec.name, combined[spec.name]) for spec in params if spec.name in combined)
+
+
+def _generated_code(kernel: wp.Kernel) -> tuple[_warp_internals.GeneratedFunction, ...]:
+    """The kernel's generated functions (`_writes.codegen_record`); none where Warp could not generate them."""
+    record = _writes.codegen_record(kernel)
+    return record.functions if record.error is None else ()
 
 
 def _follow(func: Any, found: _ownership.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:

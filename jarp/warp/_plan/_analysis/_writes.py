@@ -1,7 +1,7 @@
 """What a kernel writes, judged by the code Warp compiles: which array parameters and which struct array fields.
 
 XLA owns a jarp call's inputs (it may share their buffers with the caller), so a kernel may not write one unless
-it is declared in-out. Two sources decide, and a write either one sees counts (in doubt: write):
+it is declared in-out. Three sources judge (in doubt: write):
 
 1. Warp's own record (`_warp_internals.array_access`): the array parameters its code generator marked written
    while it generated the kernel, after resolving names (closures, globals, module attributes, keyword arguments,
@@ -15,6 +15,12 @@ it is declared in-out. Two sources decide, and a write either one sees counts (i
    array parameter whose pointer reaches a store, or anything not known to only read, is written. It sees what
    neither source above does (``wp.store(wp.address(...))``, references, operator overloads, native snippets,
    pointer arithmetic), so no array parameter is judged unwritten where the generated code may write it.
+
+For an array parameter the generated code decides wherever Warp generated it all (no native snippet reached): it
+follows the overload each call resolves to and every use of the pointer, where the resolver, a walk of Python
+syntax, counts as written whatever it cannot follow. Elsewhere, and for struct fields (which the generated code does
+not judge), a write any source sees counts. Every judgement holds for one version of the kernel's code: Warp's hash of
+it (`_warp_internals.current_code_hash`), which changes when a name its code resolves is rebound to other code.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..._upstream import _warp_internals
 from .._struct_layout import passed_by_value
 from .._weakcache import weak_cache
 from . import _generated, _names
+from ._builtins import DENSE_OUTPUTS
 from ._syntax import attribute_path, binding_pairs, store_targets, stored_array
 
 _MAX_DEPTH = 8  # deep enough for real code, bounded for recursive functions
@@ -40,7 +47,8 @@ _WRITING_BUILTINS = frozenset(
 )
 # Keyword names of the written array in those builtins (``wp.atomic_add(arr=x, ...)``, ``wp.tile_store(a=x, ...)``).
 _WRITTEN_KEYWORDS = ("arr", "a")
-# Builtins that may write into any of their array arguments (``wp.dense_gemm_batched(..., C)``).
+# Builtins that may write into any of their array arguments: the dense ones other than `DENSE_OUTPUTS` (the batched
+# ones, which have no native code in Warp).
 _WRITING_ANY_PREFIXES = ("dense_",)
 # An array's attributes that are values, not references to it.
 _ARRAY_VALUES = frozenset({"shape", "ndim", "size", "strides", "dtype"})
@@ -52,7 +60,11 @@ def writes_first_argument(key: str) -> bool:
 
 
 def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Which of the array parameters ``names`` ``kernel`` writes, by Warp's record or the resolver.
+    """Which of the array parameters ``names`` ``kernel`` writes, as its code stands (`code_hash`).
+
+    The generated code decides where Warp generated all of it (but for an array of structs); elsewhere a write that
+    Warp's record, the resolver or the generated code sees counts. The resolver overrules the other two only where it
+    proves a write dead for the constants the kernel passes.
 
     Args:
         kernel: a concrete kernel (an overload of a generic kernel).
@@ -61,37 +73,86 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
     Returns:
         The written ones, in the order of ``names``.
     """
+    # Judged on the code Warp's next build compiles: a name rebound since Warp hashed the module gets a new hash,
+    # and with it new judgements (every cache below is keyed by it)
+    code_hash(kernel)
     record = _record(kernel)
 
     def seen(found: tuple[str, ...]) -> set[str]:
         return {n for n in names if n in found or any(p.startswith(n + ".") for p in found)}
 
     # The resolver with call-site constants (``helper(x, i, False)`` skips the helper's ``if flag:``), and without
-    general, specialised = seen(writes(kernel, specialise=False)), seen(writes(kernel))
-    written = set(specialised)
-    generated = seen(generated_writes(kernel))
+    general, specialised = seen(_writes_now(kernel, False)), seen(_writes_now(kernel, True))
+    generated = seen(_generated_now(kernel))
+    decides = _generated_decides(codegen_record(kernel))
+    types = dict(_warp_internals.kernel_params(kernel))
+    written = set()
     for n in names:
         # Warp's record and the generated code are context-insensitive: a function's parameter is written if any
         # call could write it. Either is overruled only where the resolver agrees with it on that model and proves
         # the write dead for the constants this kernel passes; any other disagreement keeps the write.
         dead = n in general and n not in specialised
-        if not dead and (n in generated or (record is not None and n in record and record[n].written)):
+        in_code = n in generated or (record is not None and n in record and record[n].written)
+        # Where the generated code decides, the resolver's write without it is one it could not rule out, no more.
+        # Not for an array of structs: the generated code follows the array's own pointer, not the pointers its
+        # elements' array fields hold (``args[0].arr[i] = ...``), which the resolver counts
+        by_generated = decides and not _warp_internals.is_struct_type(getattr(types.get(n), "dtype", None))
+        if (in_code and not dead) or (n in specialised and not by_generated):
             written.add(n)
     return tuple(n for n in names if n in written)
+
+
+def _generated_decides(record: _warp_internals.CodegenRecord) -> bool:
+    """Whether the generated code of ``record`` decides which array parameters are written: Warp generated the
+    kernel and every function it calls, none of them native code (whose body nothing reads)."""
+    return record.error is None and bool(record.functions) and not any(f.opaque for f in record.functions)
 
 
 def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[str, ...]:
     """The array fields of the struct parameters ``structs`` that ``kernel`` writes (``"mesh.verts"``).
 
-    A struct handed whole to something jarp cannot follow counts as written whole (its name alone).
+    A write the resolver or the generated code sees counts (`_generated.write_sites`: an operator overload, a
+    ``wp.store`` through an address, a native snippet given the struct). A struct handed whole to something jarp
+    cannot follow counts as written whole (its name alone; a nested struct's path).
+
+    Returns:
+        The paths, sorted.
     """
     _record(kernel)  # Warp's hash pass substitutes the wp.static() expressions first
-    found = writes(kernel)
-    return tuple(p for p in found if p.split(".", 1)[0] in structs)
+    found = {p for p in writes(kernel) if p.split(".", 1)[0] in structs}
+    record = codegen_record(kernel)
+    if record.error is None and structs:
+        types: dict[str, Any] = {}
+        for label, warp_type in _warp_internals.kernel_params(kernel):
+            if label in structs:
+                _add_types(types, label, warp_type, 0)
+        for write in _generated.write_sites(record.functions):
+            if write.path.split(".", 1)[0] in structs:
+                found.update(_struct_field(write.path, types))
+    return tuple(sorted(found))
 
 
-# Verdicts hold while the constants the kernel's folded branches read keep their values (a module-level flag may
-# change after a module is built): every cache below is keyed by their current values (`_version`).
+def _struct_field(path: str, types: dict[str, Any]) -> tuple[str, ...]:
+    """The array field (``"s.arr"``) or struct (whole) that a write the generated code makes at ``path`` reaches; none
+    for a value field (``"s.k"``: the kernel's copy of the struct) or a struct without array fields."""
+    parts = path.split(".")
+    for n in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:n])
+        warp_type = types.get(prefix)
+        if warp_type is None:  # past what the layout records: the struct above, whole, in doubt
+            return (".".join(parts[: n - 1]),)
+        if wp.types.is_array(warp_type):
+            return (prefix,)
+        if not _warp_internals.is_struct_type(warp_type):
+            return ()
+    if any(p.startswith(path + ".") and wp.types.is_array(t) for p, t in types.items()):
+        return (path,)
+    return ()
+
+
+# Verdicts hold for one version of the kernel's code: Warp's hash of it (which covers its source, the functions it
+# calls and the constants it reads) and the values of the constants its folded branches read (a module-level flag may
+# change after Warp hashed the module). Every cache below is keyed by both (`_version`).
 
 
 @weak_cache
@@ -101,7 +162,22 @@ def _constants_read(kernel: wp.Kernel) -> set[tuple[Any, str]]:
 
 
 def _version(kernel: wp.Kernel) -> tuple[Any, ...]:
-    return _names.constants_version(_constants_read(kernel))
+    return (_code_hash(kernel, check=False), *_names.constants_version(_constants_read(kernel)))
+
+
+def code_hash(kernel: wp.Kernel) -> str | None:
+    """Warp's hash of the code its next build of ``kernel`` compiles (`_warp_internals.current_code_hash`), which
+    the judgements here are drawn from and cached by; None where Warp cannot hash it (its code does not build)."""
+    return _code_hash(kernel, check=True)
+
+
+def _code_hash(kernel: wp.Kernel, check: bool) -> str | None:
+    """Warp's hash of ``kernel``'s code (`_warp_internals.current_code_hash`); None where Warp cannot hash it (its
+    code does not build: the codegen record holds Warp's error)."""
+    try:
+        return _warp_internals.current_code_hash(kernel, check=check)
+    except Exception:
+        return None
 
 
 @weak_cache
@@ -111,7 +187,7 @@ def _codegen_at(kernel: wp.Kernel, version: tuple[Any, ...]) -> _warp_internals.
 
 def codegen_record(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
     """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), generated once per
-    version of the constants it reads."""
+    version of its code (`_version`: the hash Warp keeps, which the last `code_hash` brought up to date)."""
     return _codegen_at(kernel, _version(kernel))
 
 
@@ -121,11 +197,17 @@ def forward_code(kernel: wp.Kernel) -> tuple[tuple[str, tuple[str, ...], tuple[t
 
 
 def generated_writes(kernel: wp.Kernel) -> tuple[str, ...]:
-    """The array parameters ``kernel``'s generated C++ may write (`_generated.written_params`).
+    """The array parameters ``kernel``'s generated C++ may write (`_generated.written_params`), as its code stands.
 
     None where Warp could not generate the code: such a kernel cannot be built either, and Warp's own error (raised
     when jarp builds it) says more than a refusal would.
     """
+    code_hash(kernel)
+    return _generated_now(kernel)
+
+
+def _generated_now(kernel: wp.Kernel) -> tuple[str, ...]:
+    """`generated_writes` of the code Warp's kept hash names (brought up to date by the caller: `code_hash`)."""
     record = codegen_record(kernel)
     if record.error is not None:
         return ()
@@ -176,8 +258,15 @@ def writes(kernel: wp.Kernel, specialise: bool = True) -> tuple[str, ...]:
             (``bump_if(x, i, False)`` with ``if flag: a[i] = ...``): Warp compiles them, but they never run.
 
     Returns:
-        The paths, sorted. Cached with the kernel, while the constants its folded branches read keep their values.
+        The paths, sorted. Cached with the kernel, for its code as it stands (`code_hash`) and the values of the
+        constants its folded branches read.
     """
+    code_hash(kernel)
+    return _writes_now(kernel, specialise)
+
+
+def _writes_now(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
+    """`writes` of the code Warp's kept hash names (brought up to date by the caller: `code_hash`)."""
     version = _version(kernel)
     found = _kernel_writes(kernel, specialise, version)
     if _version(kernel) != version:  # the first analysis has just recorded which constants it reads
@@ -333,18 +422,23 @@ class _Walk:
         named = [(k.arg, self.refs(k.value)) for k in node.keywords]
         everything = set().union(*(p for _, p in (*handed, *named))) if (handed or named) else set()
         if key is not None:
-            if key.startswith(_WRITING_ANY_PREFIXES):
-                self.written |= everything  # dense solves write into one of their array arguments
+            if key in DENSE_OUTPUTS:
+                position, keyword = DENSE_OUTPUTS[key]
+                out = node.args[position] if position < len(node.args) else None
+                out = out or next((k.value for k in node.keywords if k.arg == keyword), None)
+                self.written |= self.refs(out) if out is not None else everything
+            elif key.startswith(_WRITING_ANY_PREFIXES):
+                self.written |= everything  # a dense builtin with no native code: any of its arrays, in doubt
             elif writes_first_argument(key):
                 first = node.args[0] if node.args else None
                 if first is None:
                     first = next((k.value for k in node.keywords if k.arg in _WRITTEN_KEYWORDS), None)
                 self.written |= self.refs(first)
             return
-        if not everything:
-            return
+        if not everything or _names.constructs_type(node):
+            return  # ``type(s)(...)`` constructs a value of a Warp type: its result is tracked (`refs`)
         if isinstance(obj, wp.Function) and not obj.is_builtin():
-            for overload in dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]):
+            for overload in _overloads(obj, node):
                 typed = dict(_warp_internals.kernel_params(overload))
                 params = list(typed)
                 roots: dict[str, set[str]] = {}
@@ -380,13 +474,37 @@ class _Walk:
         return consts
 
 
+def _overloads(fn: wp.Function, call: ast.Call) -> list[Any]:
+    """The overloads of the user function ``fn`` that ``call`` may reach: those whose parameters its arguments can
+    bind (Warp picks among them by argument types); all of them where none can (Warp's error is then the one to see).
+
+    Following only those keeps a read-only overload that calls another of the same name (``bsr_row_index`` with
+    ``row_counts`` calling the one without) from being followed into itself until the depth limit.
+    """
+    overloads = list(dict.fromkeys([fn, *getattr(fn, "user_overloads", {}).values()]))
+    positional = len(call.args)
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return overloads  # ``*args``, ``**kwargs``: how many bind is not known here
+    keywords = {k.arg for k in call.keywords}
+
+    def binds(overload: Any) -> bool:
+        params = [name for name, _ in _warp_internals.kernel_params(overload)]
+        defaults = getattr(overload, "defaults", None) or {}
+        if positional > len(params) or not keywords <= set(params[positional:]):
+            return False
+        return all(p in keywords or p in defaults for p in params[positional:])
+
+    fitting = [o for o in overloads if binds(o)]
+    return fitting or overloads
+
+
 def _bound_args(obj: Any, call: ast.Call) -> list[tuple[Any, ast.expr]]:
     """Each argument of ``call`` with the declared type of the parameter it binds (None where unknown: builtins,
     overloads that disagree, ``*args``)."""
     args = [*call.args, *(k.value for k in call.keywords)]
     if not (isinstance(obj, wp.Function) and not obj.is_builtin()):
         return [(None, a) for a in args]
-    overloads = list(dict.fromkeys([obj, *getattr(obj, "user_overloads", {}).values()]))
+    overloads = _overloads(obj, call)
     out = []
     for i, arg in enumerate(call.args):
         kinds = {_param_type(o, i, None) for o in overloads}

@@ -9,7 +9,7 @@ import math
 from typing import Any, NamedTuple
 
 from .. import _launch_checks
-from .._analysis import _races
+from .._analysis import _races, _writes
 from .._arg_spec import MAX_WARP_NDIM
 from .._signature import param_spec
 from .._values import Buffer, Param, Plan, Runs
@@ -184,6 +184,7 @@ class _Reader:
         _check_plan(plan)
         # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
         # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
+        code_hash = _writes.code_hash(target) if runs is Runs.KERNEL else None
         forward = _races.split_proofs(
             runs, target, tuple(p.spec for p in params), block_dim, plan.bounds_checked, plan.launch_dims
         )
@@ -194,7 +195,9 @@ class _Reader:
             )
         else:
             race_free, private = forward.race_free, _races.private_results(params, forward.private)
-        return dataclasses.replace(plan, race_free=race_free, private=private, shares_cpu_state=shares)
+        return dataclasses.replace(
+            plan, race_free=race_free, private=private, shares_cpu_state=shares, code_hash=code_hash
+        )
 
     def _partitioned(self, batch_shape: tuple[int, ...], operand_batch: tuple[tuple[bool, ...], ...]) -> bool:
         if "partitioned" not in self.doc:

@@ -174,7 +174,7 @@ def _encode_target(plan: Plan) -> dict[str, Any]:
     if not isinstance(target, wp.Kernel):
         raise ValueError(f"{plan.name}: its target {target!r} is not a Warp kernel.")
     base, names, checked = _runtime_scalars.origin(target)
-    digest = _warp_internals.kernel_code_hash(base, _hash_block_dim(plan.block_dim))
+    digest = _warp_internals.current_code_hash(base, _hash_block_dim(plan.block_dim))  # the code as it stands
     if digest is None:
         raise ValueError(_kernel_not_portable(plan) or f"kernel {base.key!r} has no code hash.")
     overload = None

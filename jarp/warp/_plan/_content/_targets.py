@@ -168,7 +168,7 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         kernel = found[0]
     elif kernel.is_generic:
         _invalid(f"{what} is generic, and field 'target.overload' names no argument types")
-    if _warp_internals.kernel_code_hash(kernel, _hash_block_dim(block_dim)) != digest:
+    if _warp_internals.current_code_hash(kernel, _hash_block_dim(block_dim)) != digest:  # the code as it stands
         raise ContentError(
             "changed",
             f"{what} has other code than the kernel the program was compiled with (its Warp code hash differs: "
