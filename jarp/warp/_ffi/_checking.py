@@ -32,7 +32,7 @@ import numpy as np
 from .._plan._values import Plan
 from . import _errors
 from ._callable_executor import _CallableExecutor
-from ._executor_base import _memmove, _memset
+from ._executor_base import _memset
 from ._kernel_executors import _CpuKernelExecutor
 from ._native import _ranged
 
@@ -242,12 +242,8 @@ class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
         inputs = self._snapshot_inputs(ptrs)
-        # the state the plan's own launch starts from: in-out copies and zero-fills made, skipped fills a sentinel
-        for i, j, nbytes in self.copies:
-            if ptrs[0][i] != ptrs[1][j]:
-                _memmove(ptrs[1][j], ptrs[0][i], nbytes)
-        for j, nbytes in self.zero:
-            _memset(ptrs[1][j], 0, nbytes)
+        # the state the plan's own launch starts from, and a sentinel in the outputs whose fills it skips
+        self.prepare_results(ptrs)
         for j in self.skipped:
             _memset(ptrs[1][j], SENTINEL, self.sizes[1][j])
         start = self._copies(ptrs)  # every buffer as the launch finds it, skipped outputs zero-filled

@@ -124,13 +124,17 @@ class _CpuKernelExecutor(_KernelExecutor):
             self.fast = [(slot, src, index) for _, slot, src, index, _ in self.slots]
             self.words0, self.raw0 = self.blocks[0][0], self.blocks[0][1]
 
-    def run(self, frame: int) -> None:
-        ptrs = self.pointers(frame)
+    def prepare_results(self, ptrs: tuple[Any, Any]) -> None:
+        """Give the results the state the launch starts from: in-out operands copied in, the fills made."""
         for i, j, nbytes in self.copies:
             if ptrs[0][i] != ptrs[1][j]:
                 _memmove(ptrs[1][j], ptrs[0][i], nbytes)
         for j, nbytes in self.zero:
             _memset(ptrs[1][j], 0, nbytes)
+
+    def run(self, frame: int) -> None:
+        ptrs = self.pointers(frame)
+        self.prepare_results(ptrs)
         if self.empty:
             return
         if self.cooperative:

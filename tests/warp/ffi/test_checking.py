@@ -23,24 +23,23 @@ from jarp.warp._plan._analysis import _races, _writes
 N = 64
 
 
-@pytest.fixture
-def checking() -> Iterator[None]:
+def _mode(on: bool) -> Iterator[None]:
     previous = jarp.warp.checking_mode()
-    jarp.warp.set_checking_mode(True)
+    jarp.warp.set_checking_mode(on)
     try:
         yield
     finally:
         jarp.warp.set_checking_mode(previous)
+
+
+@pytest.fixture
+def checking() -> Iterator[None]:
+    yield from _mode(True)
 
 
 @pytest.fixture
 def not_checking() -> Iterator[None]:
-    previous = jarp.warp.checking_mode()
-    jarp.warp.set_checking_mode(False)
-    try:
-        yield
-    finally:
-        jarp.warp.set_checking_mode(previous)
+    yield from _mode(False)
 
 
 @wp.kernel
