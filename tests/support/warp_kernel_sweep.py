@@ -63,7 +63,7 @@ import textwrap
 import time
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .paths import REPO, child_environment
@@ -639,8 +639,6 @@ def reference(kernel: Any, made: Fabricated) -> dict[str, Any]:
             results that depend on the padding around the arrays (the kernel reads outside them) or differ from
             launch to launch (it is nondeterministic).
     """
-    import pickle
-
     import warp as wp
 
     try:
@@ -648,23 +646,47 @@ def reference(kernel: Any, made: Fabricated) -> dict[str, Any]:
             wp.load_module(kernel.module, device="cpu")
     except Exception as e:
         raise Skip(f"Warp cannot build the kernel's module: {type(e).__name__}: {_first_line(e)}") from e
-    with tempfile.TemporaryDirectory(prefix="jarp-sweep-reference-") as tmp:
+
+    def runs() -> tuple[str, Any]:
+        try:
+            return "ok", _reference_runs(kernel, made)
+        except Skip as e:
+            return "skip", str(e)
+
+    kind, value = forked(runs, REFERENCE_TIMEOUT)
+    if kind == "hung":
+        raise Skip(f"wp.launch does not finish in {REFERENCE_TIMEOUT:.0f} s on the fabricated arguments")
+    if kind == "crash":
+        raise Skip(f"wp.launch crashes on the fabricated arguments ({value})")
+    if kind == "error":
+        raise Skip(f"the reference launch failed: {value}")
+    kind, value = value
+    if kind == "skip":
+        raise Skip(value)
+    return value
+
+
+def forked(fn: Callable[[], Any], timeout: float) -> tuple[str, Any]:
+    """Run ``fn`` in a forked child: ``("ok", its result)``, ``("error", "Type: first line")`` where it raised,
+    ``("hung", None)`` past ``timeout`` seconds (the child is killed), ``("crash", "signal N" | "exit code N")``."""
+    import pickle
+
+    with tempfile.TemporaryDirectory(prefix="jarp-sweep-fork-") as tmp:
         path = pathlib.Path(tmp) / "result.pickle"
         sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # never returns
             try:
                 try:
-                    outcome: tuple[str, Any] = ("ok", _reference_runs(kernel, made))
-                except Skip as e:
-                    outcome = ("skip", str(e))
+                    outcome: tuple[str, Any] = ("ok", fn())
                 except BaseException as e:
-                    outcome = ("skip", f"the reference launch failed: {type(e).__name__}: {_first_line(e)}")
+                    outcome = ("error", f"{type(e).__name__}: {_first_line(e)}")
                 path.write_bytes(pickle.dumps(outcome))
                 sys.stdout.flush()
             finally:
                 os._exit(0)
-        deadline = time.monotonic() + REFERENCE_TIMEOUT
+        deadline = time.monotonic() + timeout
         while True:
             finished, status = os.waitpid(pid, os.WNOHANG)
             if finished:
@@ -673,16 +695,12 @@ def reference(kernel: Any, made: Fabricated) -> dict[str, Any]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                raise Skip(f"wp.launch does not finish in {REFERENCE_TIMEOUT:.0f} s on the fabricated arguments")
+                return "hung", None
             time.sleep(0.005)
         code = os.waitstatus_to_exitcode(status)
         if code != 0 or not path.exists():
-            how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            raise Skip(f"wp.launch crashes on the fabricated arguments ({how})")
-        kind, value = pickle.loads(path.read_bytes())
-    if kind == "skip":
-        raise Skip(value)
-    return value
+            return "crash", f"signal {-code}" if code < 0 else f"exit code {code}"
+        return pickle.loads(path.read_bytes())
 
 
 def _reference_runs(kernel: Any, made: Fabricated) -> dict[str, Any]:

@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import ctypes
 import dataclasses
 import json
 import os
 import pathlib
-import pickle
-import signal
 import sys
 import tempfile
 import time
@@ -64,36 +61,11 @@ _RANGED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size
 
 
 def _forked(fn: Callable[[], Any]) -> tuple[str, Any]:
-    """``("ok", fn())`` run in a forked process, or ``("error" | "crash", why)``."""
-    with tempfile.TemporaryDirectory(prefix="jarp-verdicts-") as tmp:
-        path = pathlib.Path(tmp) / "out.pickle"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # never returns
-            try:
-                try:
-                    outcome: tuple[str, Any] = ("ok", fn())
-                except BaseException as e:
-                    outcome = ("error", f"{type(e).__name__}: {sweep._first_line(e)}")
-                path.write_bytes(pickle.dumps(outcome))
-            finally:
-                os._exit(0)
-        deadline = time.monotonic() + FORK_TIMEOUT
-        while True:
-            finished, status = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                break
-            if time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return "crash", f"hung for {FORK_TIMEOUT:.0f} s"
-            time.sleep(0.005)
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0 or not path.exists():
-            return "crash", f"signal {-code}" if code < 0 else f"exit code {code}"
-        return pickle.loads(path.read_bytes())
+    """``("ok", fn())`` run in a forked process, or ``("error" | "crash", why)`` (`sweep.forked`)."""
+    kind, value = sweep.forked(fn, FORK_TIMEOUT)
+    if kind == "hung":
+        return "crash", f"hung for {FORK_TIMEOUT:.0f} s"
+    return kind, value
 
 
 def _with_values(made: sweep.Fabricated, values: dict[str, Any]) -> sweep.Fabricated:
