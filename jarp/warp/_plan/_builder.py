@@ -206,4 +206,4 @@ def backward_writes(plan: Plan) -> frozenset[str]:
                 "copy of an array parameter only, not of a struct field. Pass the array as an array parameter of "
                 "its own, keep the gradient code from writing it, or give the module a vjp= rule."
             )
-    return frozenset(a for write in sites for a in _generated.reached(write.path, arrays))
+    return frozenset(_generated.backward_written_params(record.functions, record.backward))
