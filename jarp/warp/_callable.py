@@ -203,7 +203,7 @@ class JaxCallable(AbstractWarpModule):
         if self.enable_backward:
             names = tuple(name for name, _ in params)
             args = _geometry_calls.guard_gradients(args, names, _geometry_calls.CALLABLE_DROPS, what)
-        groups, xparams, xargs = _geometry_calls.expand(params, args)
+        groups, xparams, xargs = _geometry_calls.expand(params, args, what)
         dims = self._output_dims(options, what)
         if dims is None and sig.outputs:
             # the default stays the first array input's Warp shape among the caller's arguments, not a structure's

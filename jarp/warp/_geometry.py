@@ -33,6 +33,8 @@ class Recipe:
     kind: type["AbstractStructure"]
     arrays: tuple[str, ...]
     options: tuple[tuple[str, Any], ...]
+    # How messages from inside the call name the structure (the module and the parameter it was given for).
+    label: str = ""
 
     def option(self, name: str) -> Any:
         return dict(self.options)[name]
@@ -64,13 +66,13 @@ class AbstractStructure(eqx.Module):
                 out.append((name, self._cast(name, value), warp_type))
         return tuple(out)
 
-    def recipe(self) -> Recipe:
-        """The hashable description of how the call builds this structure."""
+    def recipe(self, label: str = "") -> Recipe:
+        """The hashable description of how the call builds this structure (``label``: how messages name it)."""
         options = tuple(
             (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata.get("static", False)
         )
         present = tuple(name for name, _ in self._array_fields if getattr(self, name) is not None)
-        return Recipe(type(self), present, options)
+        return Recipe(type(self), present, options, label)
 
     @abc.abstractmethod
     def _cast(self, name: str, value: Any) -> jax.Array:
@@ -89,11 +91,67 @@ class AbstractStructure(eqx.Module):
 
 def _float32_rows(value: Any, name: str, what: str) -> jax.Array:
     value = jnp.asarray(value)
+    _one_structure(value, 2, name, what)
     if value.ndim != 2 or value.shape[-1] != 3:
         raise ValueError(f"jarp.warp.{what}: {name} must have shape (n, 3), got {value.shape}.")
     if value.shape[0] == 0:
         raise ValueError(f"jarp.warp.{what}: {name} is empty; Warp builds no structure over nothing.")
     return value.astype(jnp.float32)
+
+
+def _one_structure(value: Any, ndim: int, name: str, what: str) -> None:
+    """Refuse, at the call, a stacked structure (leading batch dims) that no ``jax.vmap`` unstacked."""
+    if value.ndim > ndim:
+        raise ValueError(
+            f"jarp.warp.{what}: {name} has shape {tuple(value.shape)}, a stack of {value.ndim - ndim} batch dim(s) "
+            f"over one {what}'s; a call takes one {what}: map the call over the stack with jax.vmap "
+            f"(jax.vmap(f)(structure) gives each element its own {what})."
+        )
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """A leaf's shape, or None for what has none (a placeholder Equinox or a user put in its place)."""
+    shape = getattr(value, "shape", None)
+    return None if shape is None else tuple(shape)
+
+
+def _check_rows(what: str, **arrays: Any) -> tuple[int, ...] | None:
+    """Check that each array is ``(*batch, n, 3)`` with the same batch and ``n``; return ``(*batch, n)``."""
+    found: tuple[int, ...] | None = None
+    first = None
+    for name, value in arrays.items():
+        shape = _shape(value)
+        if shape is None:
+            continue
+        if len(shape) < 2 or shape[-1] != 3:
+            raise ValueError(
+                f"jarp.warp.{what}: {name} must have shape (n, 3) (or (*batch, n, 3) for a stack of {what}es "
+                f"mapped with jax.vmap), got {shape}."
+            )
+        if found is not None and shape[:-1] != found:
+            raise ValueError(
+                f"jarp.warp.{what}: {name} has shape {shape} but {first} has {(*found, 3)}; they must have one row "
+                "per item, with the same batch dims."
+            )
+        found, first = shape[:-1], name
+    return found
+
+
+def _check_constructor(value: str | None, name: str, what: str) -> None:
+    if value is not None and value not in _CONSTRUCTORS:
+        raise ValueError(
+            f"jarp.warp.{what}: {name} must be one of {sorted(_CONSTRUCTORS)} or None (Warp's default for the "
+            f"device), got {value!r}."
+        )
+
+
+def _check_leaf_size(value: int | None, name: str, what: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"jarp.warp.{what}: {name} must be a positive int (items per BVH leaf), got {value!r}.")
+
+
+# Warp's BVH construction algorithms (``wp.Bvh(constructor=...)``, ``wp.Mesh(bvh_constructor=...)``).
+_CONSTRUCTORS = frozenset({"sah", "median", "lbvh"})
 
 
 def _static(default: Any = None) -> Any:
@@ -102,6 +160,56 @@ def _static(default: Any = None) -> Any:
 
 def _same_shapes(arrays: dict[str, wp.array], kept: dict[str, wp.array]) -> bool:
     return all(arrays[k].shape == kept[k].shape for k in kept)
+
+
+# One annotation object per index dtype: the launcher compares by value, and Warp's array annotations by identity.
+_INDEX_ARRAYS = {np.dtype(np.int32): wp.array(dtype=wp.int32), np.dtype(np.int64): wp.array(dtype=wp.int64)}
+
+
+@wp.kernel
+def _narrow_indices(
+    src: wp.array(dtype=Any), count: Any, dst: wp.array(dtype=wp.int32), first_bad: wp.array(dtype=wp.int64)
+):
+    # Each index in [0, count) is copied to Warp's int32; the position of the first one out of range is recorded
+    # and a 0 stored in its place, so that nothing reads past the points even before the call raises.
+    i = wp.tid()
+    v = src[i]
+    if v < type(count)(0) or v >= count:
+        wp.atomic_min(first_bad, 0, wp.int64(i))
+        dst[i] = 0
+    else:
+        dst[i] = wp.int32(v)
+
+
+for _dtype in (wp.int32, wp.int64):
+    wp.overload(_narrow_indices, {"src": wp.array(dtype=_dtype), "count": _dtype})
+
+
+def _checked_indices(src: wp.array, num_points: int, into: wp.array | None, label: str) -> wp.array:
+    """The triangles as Warp's int32 indices, each checked to lie in ``[0, num_points)``.
+
+    Args:
+        src: the call's index buffer (flat int32 or int64).
+        num_points: the mesh's point count.
+        into: where to write them (a built mesh's own indices), or None for a new array.
+        label: how the error names the mesh.
+
+    Raises:
+        IndexError: an index out of range, naming the first one (on a GPU, reading the verdict waits for the stream).
+    """
+    dst = wp.empty(src.shape[0], dtype=wp.int32, device=src.device) if into is None else into
+    first_bad = wp.full(1, src.shape[0], dtype=wp.int64, device=src.device)
+    count = src.dtype(num_points)
+    wp.launch(_narrow_indices, dim=src.shape[0], inputs=[src, count, dst, first_bad], device=src.device)
+    bad = int(first_bad.numpy()[0])
+    if bad < src.shape[0]:
+        value = int(src[bad : bad + 1].numpy()[0])
+        raise IndexError(
+            f"{label or 'jarp.warp.Mesh'}: triangle {bad // 3} refers to vertex {value} (indices[{bad // 3}, "
+            f"{bad % 3}]), but the mesh has {num_points} points (valid indices: 0 to {num_points - 1}); every vertex "
+            "index must name one of the mesh's points."
+        )
+    return dst
 
 
 class _BuiltMesh:
@@ -162,25 +270,50 @@ class Mesh(AbstractStructure):
     bvh_leaf_size: int | None = _static(None)
 
     def __check_init__(self) -> None:
-        shape = getattr(self.indices, "shape", None)
-        if shape is not None and not (len(shape) == 2 and shape[-1] == 3) and not (len(shape) == 1):
-            raise ValueError(f"jarp.warp.Mesh: indices must have shape (num_faces, 3), got {tuple(shape)}.")
+        rows = _check_rows("Mesh", points=self.points, velocities=self.velocities)
+        batch = None if rows is None else rows[:-1]
+        shape = _shape(self.indices)
+        dtype = getattr(self.indices, "dtype", None)
+        if dtype is not None and not jnp.issubdtype(dtype, jnp.integer):
+            raise TypeError(f"jarp.warp.Mesh: indices must be integers (vertex indices), got {dtype}.")
+        if shape is not None:
+            flat = len(shape) == (1 if batch is None else len(batch) + 1)
+            if flat and shape[-1] % 3:
+                raise ValueError(
+                    f"jarp.warp.Mesh: flat indices must have three per triangle, got {shape[-1]} (not a multiple of "
+                    "3); pass them as (num_faces, 3)."
+                )
+            if not flat and (shape[-1] != 3 or (batch is not None and shape[:-2] != batch) or len(shape) < 2):
+                want = "(num_faces, 3)" if not batch else f"{(*batch, 'num_faces', 3)}"
+                raise ValueError(f"jarp.warp.Mesh: indices must have shape {want} like the points, got {shape}.")
         for name in ("points", "indices"):
             if getattr(getattr(self, name), "size", 1) == 0:
                 # Warp's queries crash on an empty mesh
                 raise ValueError(f"jarp.warp.Mesh: {name} is empty; a mesh needs at least one triangle.")
+        _check_constructor(self.bvh_constructor, "bvh_constructor", "Mesh")
+        _check_leaf_size(self.bvh_leaf_size, "bvh_leaf_size", "Mesh")
+
+    def operands(self) -> tuple[tuple[str, Any, Any], ...]:
+        out = list(super().operands())
+        k = next(k for k, (name, _, _) in enumerate(out) if name == "indices")
+        indices = out[k][1]
+        # int64 indices (x64's default) go to the call as they are: the call checks them against the point count
+        # before it narrows them to Warp's int32, so 2**31 is refused rather than wrapped
+        out[k] = ("indices", indices, _INDEX_ARRAYS[np.dtype(indices.dtype)])
+        return tuple(out)
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         if name == "indices":
             value = jnp.asarray(value)
-            if not jnp.issubdtype(value.dtype, jnp.integer):
-                raise TypeError(f"jarp.warp.Mesh: indices must be integers, got {value.dtype}.")
-            return value.reshape(-1).astype(jnp.int32)
+            _one_structure(value, 2 if value.ndim >= 2 and value.shape[-1] == 3 else 1, "indices", "Mesh")
+            dtype = jnp.int64 if np.dtype(value.dtype).itemsize == 8 else jnp.int32
+            return value.reshape(-1).astype(dtype)
         return _float32_rows(value, name, "Mesh")
 
     @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltMesh:
-        indices = wp.clone(arrays["indices"])
+        points = arrays["points"]
+        indices = _checked_indices(arrays["indices"], points.shape[0], None, recipe.label)
         mesh = wp.Mesh(
             points=arrays["points"],
             indices=indices,
@@ -196,14 +329,13 @@ class Mesh(AbstractStructure):
         if arrays["points"].shape != built.mesh.points.shape or arrays["indices"].shape != built.indices.shape:
             return False
         if built.indices.device.is_cpu:
-            # a changed topology gets a new tree (cheap to see on the host)
+            # a changed topology gets a new tree (cheap to see on the host), built from checked indices
             if not np.array_equal(arrays["indices"].numpy(), built.indices.numpy()):
                 return False
         else:
-            # Comparing on the device would synchronise with the host; a refit after copying the new triangles
-            # is exact all the same (it recomputes every bound from the current triangles), only the tree may fit
-            # a changed topology less tightly.
-            wp.copy(built.indices, arrays["indices"])
+            # A refit after copying the new triangles (checked on the way) is exact all the same (it recomputes every
+            # bound from the current triangles), only the tree may fit a changed topology less tightly.
+            _checked_indices(arrays["indices"], arrays["points"].shape[0], built.indices, recipe.label)
         # Warp's setter points the mesh at this call's buffer (with its gradient, in the taped replay) and refits.
         built.mesh.points = arrays["points"]
         if "velocities" in arrays:
@@ -252,6 +384,11 @@ class Bvh(AbstractStructure):
     constructor: str | None = _static(None)
     leaf_size: int = _static(1)
 
+    def __check_init__(self) -> None:
+        _check_rows("Bvh", lowers=self.lowers, uppers=self.uppers)
+        _check_constructor(self.constructor, "constructor", "Bvh")
+        _check_leaf_size(self.leaf_size, "leaf_size", "Bvh")
+
     def _cast(self, name: str, value: Any) -> jax.Array:
         return _float32_rows(value, name, "Bvh")
 
@@ -289,6 +426,8 @@ class HashGrid(AbstractStructure):
 
     Attributes:
         points: the points, shape ``(num_points, 3)``, float16, float32 or float64 (others are cast to float32).
+            Given to a `jarp.warp.jax_kernel`, the grid is built in the precision the kernel queries it in (Warp
+            reads a grid's points in the query point's precision).
         radius: the cell width (static); best matched to the query radius.
         dims: cells per axis (static), as ``wp.HashGrid(dim_x, dim_y, dim_z)``.
 
@@ -308,7 +447,8 @@ class HashGrid(AbstractStructure):
     dims: tuple[int, int, int] = eqx.field(static=True, default=(128, 128, 128), converter=lambda d: tuple(map(int, d)))
 
     def __check_init__(self) -> None:
-        if self.radius <= 0:
+        _check_rows("HashGrid", points=self.points)
+        if not self.radius > 0:
             raise ValueError(f"jarp.warp.HashGrid: radius must be positive, got {self.radius}.")
         if len(self.dims) != 3 or min(self.dims) < 1:
             raise ValueError(f"jarp.warp.HashGrid: dims must be three positive ints, got {self.dims}.")
@@ -371,8 +511,18 @@ class Volume(AbstractStructure):
     )
     background: float = eqx.field(static=True, default=0.0, converter=float)
 
+    def __check_init__(self) -> None:
+        shape = _shape(self.values)
+        if shape is not None and len(shape) < 3:
+            raise ValueError(f"jarp.warp.Volume: values must have shape (nx, ny, nz), got {shape}.")
+        if not (self.voxel_size > 0 and np.isfinite(self.voxel_size)):
+            raise ValueError(f"jarp.warp.Volume: voxel_size must be positive and finite, got {self.voxel_size}.")
+        if len(self.origin) != 3:
+            raise ValueError(f"jarp.warp.Volume: origin must be three numbers (x, y, z), got {self.origin}.")
+
     def _cast(self, name: str, value: Any) -> jax.Array:
         value = jnp.asarray(value)
+        _one_structure(value, 3, "values", "Volume")
         if value.ndim != 3 or value.size == 0:
             raise ValueError(f"jarp.warp.Volume: values must have a non-empty shape (nx, ny, nz), got {value.shape}.")
         return value.astype(jnp.float32)

@@ -14,17 +14,21 @@ gradient. Where the kernel reads the structure through a builtin whose adjoint d
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import warp as wp
 
-from ._geometry import AbstractStructure, Recipe
+from ._geometry import AbstractStructure, HashGrid, Recipe
 from ._geometry_builds import obtain
 from ._plan import _geometry_adjoints
+from ._plan._analysis import _builtins, _writes
+from ._plan._arg_spec import describe_type
 
 
 def is_structure(value: Any) -> bool:
@@ -63,6 +67,14 @@ class Launcher(eqx.Module):
         return f"jax_callable({name}) with Warp structures"
 
     @property
+    def jarp_factory(self) -> str:
+        """The factory of the module the user called, for messages (`_jax._primitive.forward_mode_error`)."""
+        return "jax_kernel()" if self.launch is not None else "jax_callable()"
+
+    # A call given structures takes no jvp=/vjp= rules (`_base.AbstractWarpModule.__call__` refuses them).
+    jarp_takes_rules = False
+
+    @property
     def gradients_checked(self) -> bool:
         """Whether the launch's dropped gradients were refused while tracing (a kernel's, `guard_gradients`), so the
         replay need not look (`_ffi._callable_executor`); a function's kernels are seen only when they run."""
@@ -95,9 +107,11 @@ def _warp_object(built: Any) -> Any:
 
 
 def expand(
-    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...]
+    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], what: str
 ) -> tuple[tuple[tuple[int, Recipe] | None, ...], tuple[tuple[str, Any], ...], tuple[Any, ...]]:
     """Replace each structure argument (and its parameter) by the structure's arrays (places checked: `check_places`).
+
+    ``what`` names the module for messages from inside the call (an index out of range).
 
     Returns:
         ``(groups, params, args)`` for a `Launcher` and its call.
@@ -113,7 +127,7 @@ def expand(
             if i < len(args):
                 new_args.append(value)
             continue
-        recipe = value.recipe()
+        recipe = value.recipe(f"{what}: the jarp.warp.{type(value).__name__} given for {name!r}")
         groups.append((i, recipe))
         for field, array, field_type in value.operands():
             new_params.append((f"{name}__{field}", field_type))
@@ -130,16 +144,111 @@ def check_places(params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], wha
         cls = type(value).__name__
         if kernel and warp_type is not wp.uint64:
             raise TypeError(
-                f"{what}: argument {name!r} is a jarp.warp.{cls}, but the kernel takes a "
-                f"{getattr(warp_type, '__name__', warp_type)} there; a structure goes where the kernel takes its "
+                f"{what}: argument {name!r} is a jarp.warp.{cls}, but the kernel takes "
+                f"{describe_type(warp_type)} there; a structure goes where the kernel takes its "
                 f"id: annotate the parameter wp.uint64 and query it with Warp's {cls.lower()} builtins."
             )
         if not kernel and warp_type is not value.warp_type:
             raise TypeError(
                 f"{what}: argument {name!r} is a jarp.warp.{cls}, but the function's parameter is annotated "
-                f"{getattr(warp_type, '__name__', warp_type)}; annotate it wp.{cls} (the function then receives the "
+                f"{describe_type(warp_type)}; annotate it wp.{cls} (the function then receives the "
                 "Warp object built inside the call)."
             )
+
+
+def check_structure_uses(target: wp.Kernel, args: tuple[Any, ...], names: tuple[str, ...], what: str) -> None:
+    """Refuse a kernel that writes a structure's arrays or lets its id leave the call (`_writes.structure_uses`).
+
+    A structure's arrays are the caller's immutable JAX arrays (the call's operands, not copies), so a store through
+    ``wp.mesh_get(id).points`` is refused as a store into an input array is. The id names an object that lives in
+    the call's store only as long as a compiled program can launch it (`_geometry_builds`): stored into an output,
+    it would outlive it, so any use of the id but a query is refused too.
+
+    Args:
+        target: the kernel overload launched.
+        args: the call's arguments (one per input parameter).
+        names: the input parameters' names.
+        what: the module, for messages.
+    """
+    ids = {n: a for n, a in zip(names, args, strict=False) if isinstance(a, AbstractStructure)}
+    if not ids:
+        return
+    uses = _writes.structure_uses(target, tuple(ids))
+    if not uses:
+        return
+    use = uses[0]
+    name, _, field = use.path.partition(".")
+    cls = type(ids[name]).__name__
+    where = f" in {use.via}" if use.via is not None else ""
+    # a builtin by its Python name (``wp.atomic_add``); "store", "a pointer cast"... as they are
+    how = f"wp.{use.how.removeprefix('wp::')}" if " " not in use.how and use.how != "store" else use.how
+    if field:
+        raise ValueError(
+            f"{what}: the kernel writes {use.path} (by {how}{where}), an array of the "
+            f"jarp.warp.{cls} given for {name!r}: a structure's arrays are the caller's immutable JAX arrays, which a "
+            f"kernel may only read. Write an output instead (to update the {field}, pass them as an array parameter "
+            "declared in in_out_argnames=... and build the structure from the result)."
+        )
+    if use.how.removeprefix("wp::") in _builtins.STRUCTURE_WRITES:
+        raise ValueError(
+            f"{what}: the kernel writes the jarp.warp.{cls} given for {name!r} (by {how}{where}): "
+            "its values are the caller's immutable JAX array, which a kernel may only read. Write an output array "
+            "and build a new Volume from it."
+        )
+    raise ValueError(
+        f"{what}: the kernel uses the id of the jarp.warp.{cls} given for {name!r} other than to query it "
+        f"({how}{where}): the id names a structure that exists only inside the call, so it may not be stored, "
+        f"computed with or handed to code jarp cannot follow. Pass it only to Warp's {cls.lower()} builtins (and "
+        "to @wp.funcs that do so), and write what the queries return."
+    )
+
+
+# The precision of a hash-grid query by the Warp type of its result, as the generated code names it.
+_QUERY_PRECISION = {
+    wp.HashGridQuery[dtype].__name__: np.dtype(wp.dtype_to_numpy(dtype))
+    for dtype in (wp.float16, wp.float32, wp.float64)
+}
+
+
+def match_query_precision(
+    target: wp.Kernel, args: tuple[Any, ...], names: tuple[str, ...], what: str
+) -> tuple[Any, ...]:
+    """Give each `HashGrid` the precision of the kernel's ``wp.hash_grid_query`` calls.
+
+    Warp's query reads the grid's points in the precision of the query point's type, whatever the grid was built
+    with: a float64 grid queried with a ``wp.vec3`` finds wrong neighbours, without a word. The points are cast to
+    the one precision the kernel's code queries in (their gradient through a query is zero, so the cast loses
+    nothing); a kernel querying in several precisions is refused where a grid would not match them all.
+    """
+    grids = [i for i, a in enumerate(args) if isinstance(a, HashGrid)]
+    if not grids:
+        return args
+    found = set()
+    for _, lines, types in _writes.forward_code(target):
+        kinds = dict(types)
+        for line in lines:
+            call = _QUERY_CALL.match(line)
+            if call is not None and kinds.get(call.group(1)) in _QUERY_PRECISION:
+                found.add(_QUERY_PRECISION[kinds[call.group(1)]])
+    if not found:
+        return args  # the kernel only maps indices (wp.hash_grid_point_id), which do not depend on the points
+    out = list(args)
+    for i in grids:
+        dtype = np.dtype(jnp.result_type(args[i].points))
+        if dtype in found:
+            continue
+        if len(found) > 1:
+            raise TypeError(
+                f"{what}: the jarp.warp.HashGrid given for {names[i]!r} has {dtype} points, and kernel "
+                f"{target.key!r} queries grids in {sorted(str(d) for d in found)}: Warp reads a grid's points in the "
+                "precision of the query point, so a grid of any one precision is read wrongly by some query. Query "
+                "it in one precision, or build it with points of that dtype."
+            )
+        out[i] = eqx.tree_at(lambda g: g.points, args[i], jnp.asarray(args[i].points).astype(next(iter(found))))
+    return tuple(out)
+
+
+_QUERY_CALL = re.compile(r"^\s*(var_\w+)\s*=\s*wp::hash_grid_query\(")
 
 
 def guard_gradients(

@@ -260,13 +260,18 @@ class JaxKernel(AbstractWarpModule):
         sig = self._signature(target)
         _geometry_calls.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
         bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)
-        _check_writes(target, sig, _WHAT)
+        names = tuple(spec.name for spec in sig.inputs)
+        _geometry_calls.check_structure_uses(target, args, names, what)
         fields = [n for n in bound.runtime_scalars if "." in n]
         if fields:
             raise TypeError(
                 f"{what}: struct field(s) {fields} got JAX values in a call with a Warp structure; pass them as "
                 "Python numbers (static), or make them scalar parameters of the kernel (those take JAX values)."
             )
+        # The plan a call without structures would launch, with each structure's id a static placeholder: every
+        # check a plain call gets (the writes, launch dims against the arrays the kernel indexes, outputs covering
+        # the launch) runs on it; the launch itself goes to the callable below.
+        self._plan(target, bound, options, what)
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
             args = tuple(
@@ -276,13 +281,13 @@ class JaxKernel(AbstractWarpModule):
         if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
             target = _runtime_scalars.bounds_checked(target)
         dims, results, block_dim = self._shapes(bound, options, what)
+        args = _geometry_calls.match_query_precision(target, args, names, what)
         if self.enable_backward:
             # Warp's mesh builtins drop the vertex gradient: the variant reads the vertices as arrays instead
             target = _geometry_variants.vertex_reads(target)
-            names = tuple(spec.name for spec in sig.inputs)
             args = _geometry_calls.guard_gradients(args, names, _geometry_adjoints.dropped(target), what)
         params = _warp_internals.kernel_params(target)
-        groups, xparams, xargs = _geometry_calls.expand(params, args)
+        groups, xparams, xargs = _geometry_calls.expand(params, args, what)
         launch = (tuple(dims), len(params) - sig.num_pure_outputs, block_dim)
         inner = structure_callable(
             _geometry_calls.Launcher(target, groups, xparams, launch),

@@ -186,6 +186,7 @@ _differentiable.defvjp(_fwd, _bwd, symbolic_zeros=True)
 def launch(plan: Plan, config: CallConfig, operands: Sequence[Any], differentiable: bool) -> tuple[jax.Array, ...]:
     """Bind ``plan`` (through Warp's adjoint when ``differentiable``)."""
     if differentiable:
+        config = dataclasses.replace(config, reverse=True)
         try:
             return tuple(_differentiable(plan, config, *operands))
         except TypeError as e:

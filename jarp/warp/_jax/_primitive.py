@@ -38,6 +38,8 @@ class CallConfig:
     """Static options that travel with a plan through transformations."""
 
     vmap_method: str | None = "sequential"
+    # Whether the module is differentiated through Warp's adjoint (built with ``enable_backward=True``): for messages.
+    reverse: bool = False
 
 
 def bind(plan: Plan, config: CallConfig, operands: Sequence[Any]) -> tuple[jax.Array, ...]:
@@ -148,22 +150,34 @@ def forward_mode_error(plan: Plan, reverse: bool = False) -> ForwardModeError:
 
     ``reverse``: whether the module has reverse mode (built with ``enable_backward=True``).
     """
-    # a kernel given Warp structures runs as a callable, under the kernel's name (`_geometry_calls`)
-    factory = "jax_kernel()" if plan.runs is Runs.KERNEL or plan.name.startswith("jax_kernel(") else "jax_callable()"
-    if reverse:
+    # A kernel given Warp structures runs as a callable whose function says which module the user called and
+    # whether that call could take derivative rules (`_geometry_calls.Launcher`).
+    factory = getattr(plan.target, "jarp_factory", None)
+    if not isinstance(factory, str):
+        factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"
+    if reverse or plan.adjoint:  # the reverse pass's own launch: its module has reverse mode
         has = "it is differentiated in reverse mode only (jax.grad, jax.vjp, through Warp's adjoint)"
     else:
         has = f"Warp's adjoint gives first-order reverse mode only (pass enable_backward=True to {factory} for jax.grad and jax.vjp)"
+    if getattr(plan.target, "jarp_takes_rules", True) is False:
+        ways = (
+            "need jvp= rules, which a call given Warp structures does not take: pass the structure's arrays as array "
+            "parameters of modules with jvp= rules (e.g. a Hessian-vector product kernel) or of jarp.warp.energy"
+        )
+    else:
+        ways = (
+            "need jvp= rules (e.g. a Hessian-vector product kernel) or jarp.warp.energy (with hessian='exact' or "
+            "'projected')"
+        )
     return ForwardModeError(
         f"{plan.name} has no forward-mode derivative: {has}. Forward mode (jax.jvp, jacfwd) and second "
-        "derivatives (grad of grad, hessian) need jvp= rules (e.g. a Hessian-vector product kernel) or "
-        "jarp.warp.energy (with hessian='exact' or 'projected'); see the Derivatives page of the docs."
+        f"derivatives (grad of grad, hessian) {ways}; see the Derivatives page of the docs."
     )
 
 
 def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:
     # Reached by forward mode, and by reverse mode without enable_backward (JAX linearizes through the JVP rule).
-    raise forward_mode_error(plan)
+    raise forward_mode_error(plan, reverse=config.reverse)
 
 
 ad.primitive_jvps[warp_call_p] = _not_differentiable

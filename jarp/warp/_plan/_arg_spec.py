@@ -82,6 +82,14 @@ class ArgSpec:
         return f"{self.warp_ndim}-d wp.array of {self.element_name}"
 
 
+def describe_type(warp_type: Any) -> str:
+    """How an error message names a parameter's Warp annotation: ``a 1-d wp.array of float32``, ``wp.uint64``."""
+    if wp.types.is_array(warp_type):
+        return f"a {warp_type.ndim}-d wp.array of {_dtype_name(warp_type.dtype)}"
+    name = _dtype_name(warp_type)
+    return name if name.startswith("wp.") or not wp.types.type_is_value(warp_type) else f"wp.{name}"
+
+
 def _dtype_name(dtype: Any) -> str:
     """How an error message names a Warp type: ``float32``, ``vec3f``, ``Any``, a struct's name, ``wp.Texture2D``."""
     name = getattr(dtype, "__name__", None)

@@ -74,3 +74,28 @@ ACCUMULATING_ATOMICS = {"atomic_add": "add", "atomic_sub": "add", "atomic_min": 
 # The dense linear-algebra builtins and the one array each writes: its position and keyword (Warp's native
 # ``matnn.h`` takes the others as ``const``). The batched ones have no native code: any of their arrays counts.
 DENSE_OUTPUTS = {"dense_gemm": (7, "C"), "dense_chol": (3, "L"), "dense_subs": (3, "x"), "dense_solve": (4, "x")}
+
+
+# Warp's builtins taking a structure's id (a mesh, BVH, hash grid or volume: ``uint64 id``, their first parameter),
+# by what they do with the structure. Each reads it (a query, a lookup, a sample, a coordinate transform), but for
+# ``mesh_get``, which hands out the mesh's arrays (``m.points``: what a kernel does with them decides), the
+# ``volume_store*`` family, which writes the volume, and ``mesh_get_bvh``, which returns the id of the mesh's own
+# tree (its uses are the mesh's). `tests/warp/plan/test_writes.py` checks that every such builtin of the installed
+# Warp is listed here, so a new one is classified before jarp trusts a kernel calling it.
+STRUCTURE_GETS = frozenset({"mesh_get"})
+STRUCTURE_IDS = frozenset({"mesh_get_bvh"})
+STRUCTURE_WRITES = frozenset({"volume_store", "volume_store_f", "volume_store_i", "volume_store_v"})
+STRUCTURE_READS = frozenset(
+    {"bvh_get_group_root", "bvh_query_aabb", "bvh_query_aabb_tiled", "bvh_query_capsule", "bvh_query_ray"}
+    | {"bvh_query_ray_tiled", "bvh_query_sphere", "hash_grid_point_id", "hash_grid_query"}
+    | {"mesh_eval_face_normal", "mesh_eval_position", "mesh_eval_velocity", "mesh_get_group_root"}
+    | {"mesh_get_index", "mesh_get_point", "mesh_get_velocity", "mesh_query_aabb", "mesh_query_aabb_tiled"}
+    | {"mesh_query_furthest_point_no_sign", "mesh_query_point", "mesh_query_point_no_sign"}
+    | {"mesh_query_point_sign_normal", "mesh_query_point_sign_parity", "mesh_query_point_sign_winding_number"}
+    | {"mesh_query_ray", "mesh_query_ray_anyhit", "mesh_query_ray_count_intersections", "mesh_query_sphere"}
+    | {"volume_index_to_world", "volume_index_to_world_dir", "volume_lookup", "volume_lookup_f", "volume_lookup_i"}
+    | {"volume_lookup_index", "volume_lookup_v", "volume_sample", "volume_sample_f", "volume_sample_grad"}
+    | {"volume_sample_grad_f", "volume_sample_grad_index", "volume_sample_i", "volume_sample_index"}
+    | {"volume_sample_v", "volume_voxel_count", "volume_world_to_index", "volume_world_to_index_dir"}
+    | {"tile_bvh_query_aabb", "tile_bvh_query_ray", "tile_mesh_query_aabb"}
+)

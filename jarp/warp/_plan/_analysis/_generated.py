@@ -29,7 +29,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from ..._upstream._warp_internals import GeneratedFunction
-from ._builtins import ACCUMULATING_ATOMICS, DENSE_OUTPUTS
+from ._builtins import (
+    ACCUMULATING_ATOMICS,
+    DENSE_OUTPUTS,
+    STRUCTURE_GETS,
+    STRUCTURE_IDS,
+    STRUCTURE_READS,
+    STRUCTURE_WRITES,
+)
 
 _TOKEN = re.compile(r"\bvar_\w+\b")
 _ASSIGN = re.compile(r"^\s*(var_\w+)\s*=\s*(.*);\s*$")
@@ -402,6 +409,8 @@ def stored_only(functions: Sequence[GeneratedFunction]) -> tuple[str, ...]:
     return tuple(p.removeprefix("var_") for p, _ in kernel.params if p in stored and p not in other)
 
 
+# The id of a structure's own part, an integer that stands for the structure (``wp::mesh_get_bvh(var_mesh)``).
+_STRUCTURE_ID = re.compile(rf"wp::(?:{'|'.join(sorted(STRUCTURE_IDS))})\(")
 _PLAIN_STORE = re.compile(r"wp::array_store\(\s*")
 _SHAPE = re.compile(r"\s*(?:\.|->)\s*shape\b")
 # An assignment: to a local (``var_3 = ...``), through a pointer (``*var_r = ...``), to a member (``var_1.arr = ...``).
@@ -534,7 +543,7 @@ class _Sites:
             member = "".join("." + m.group(1) for m in _MEMBER_STEP.finditer(chain))
             writes.update(Write(p + member, "store", None) for p in points.get(target, ()))
             writes.update(Write(p, "a pointer stored into memory", None) for p in flows | results)
-        elif chain or _holds_pointer(types.get(target)):
+        elif chain or _holds_pointer(types.get(target)) or _STRUCTURE_ID.match(lhs.group(4)):
             # a local (or a field of a local struct, ``var_1.arr = var_c``: the copy now holds it) that may hold it
             if flows | results:
                 points.setdefault(target, set()).update(flows | results)
@@ -593,6 +602,16 @@ class _Sites:
             if callee in _STORES or _IN_PLACE.fullmatch(callee):
                 how = "store" if callee in _STORES else name
                 return (WRITE, how, suffix) if position == 0 else (WRITE, "a pointer stored into memory", suffix)
+            if position == 0 and callee.startswith("wp::"):
+                # a structure's id (a parameter a jarp structure is given for): queried, written, or its arrays
+                # (``wp.mesh_get(id).points``) or its tree's id handed on, for what uses them to decide
+                if name in STRUCTURE_READS:
+                    return (READ,)
+                if name in STRUCTURE_WRITES:
+                    return WRITE, name, suffix
+                if name in STRUCTURE_GETS or name in STRUCTURE_IDS:
+                    pos = begin
+                    continue
             fn = self.functions.get(callee)
             if fn is not None:
                 return CALL, fn, position, suffix

@@ -206,6 +206,28 @@ def generated_writes(kernel: wp.Kernel) -> tuple[str, ...]:
     return _generated_now(kernel)
 
 
+def structure_uses(kernel: wp.Kernel, ids: tuple[str, ...]) -> tuple[_generated.Write, ...]:
+    """How ``kernel``'s generated code uses the structure ids ``ids`` other than to query them (`_generated`).
+
+    A store or an atomic through a structure's arrays (``wp.mesh_get(id).points[i] = ...``: path ``"mesh.points"``),
+    a ``wp.volume_store*`` (path ``"vol"``), and the id itself stored, returned, computed with or given to anything
+    not known to only query it (path ``"mesh"``). Where Warp cannot generate the code, each id counts as misused:
+    such a kernel does not build either.
+
+    Args:
+        kernel: a concrete kernel.
+        ids: the names of its ``wp.uint64`` parameters that are given structures.
+
+    Returns:
+        The uses, sorted by path.
+    """
+    code_hash(kernel)
+    record = codegen_record(kernel)
+    if record.error is not None:
+        return tuple(_generated.Write(name, "code Warp could not generate", None) for name in ids)
+    return tuple(w for w in _generated.write_sites(record.functions) if w.path.split(".", 1)[0] in ids)
+
+
 def _generated_now(kernel: wp.Kernel) -> tuple[str, ...]:
     """`generated_writes` of the code Warp's kept hash names (brought up to date by the caller: `code_hash`)."""
     record = codegen_record(kernel)
