@@ -26,7 +26,7 @@ import numpy as np
 import warp as wp
 
 import jarp.warp
-from jarp.warp import _geometry_builds
+from jarp.warp._geometry import _builds as _geometry_builds
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _timing

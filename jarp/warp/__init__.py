@@ -2,8 +2,8 @@
 
 The files at this level are what users touch: the modules (`_kernel`, `_callable`, their abstract base
 `_base`, their shared option fields `_option_fields`, the factories' module cache `_factory`), eager dispatch
-(`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (`_geometry`;
-built inside the call by `_geometry_builds`, routed by `_geometry_calls`), plan listing (`_inspect`) and
+(`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (the `_geometry`
+package: the structures, their call, their builds inside the call), plan listing (`_inspect`) and
 generated source / ahead-of-time builds (`_codegen`), and the switch that points Warp's own bridge entry points at
 jarp's (`_bridge`). A call then flows down through the stages, one subpackage each, and no stage imports a higher
 one (`tests/warp/test_layout.py` checks it):

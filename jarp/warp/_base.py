@@ -21,7 +21,7 @@ import equinox as eqx
 import jax
 import warp as wp
 
-from . import _eager, _geometry_calls
+from . import _eager, _geometry
 from ._ffi._registry import registry
 from ._jax import _adjoint, _user_rules
 from ._jax._primitive import CallConfig
@@ -78,7 +78,7 @@ class AbstractWarpModule(eqx.Module):
                 f"{self._what}: unknown call option(s) {unknown}; a {type(self).__name__} call takes "
                 f"{list(self._call_options)}."
             )
-        if _geometry_calls.has_structures(args):
+        if _geometry.has_structures(args):
             if self.jvp is not None or self.vjp is not None:
                 raise TypeError(
                     f"{self._what}: a call given Warp structures (jarp.warp.Mesh...) differentiates through Warp's "
@@ -154,4 +154,4 @@ class AbstractWarpModule(eqx.Module):
 
     @abc.abstractmethod
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[jax.Array, ...]:
-        """A call given jarp structures (`jarp.warp.Mesh`...): a callable call on their arrays (`_geometry_calls`)."""
+        """A call given jarp structures (`jarp.warp.Mesh`...): a callable call on their arrays (`_geometry.launch`)."""

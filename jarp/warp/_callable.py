@@ -10,7 +10,7 @@ import equinox as eqx
 import numpy as np
 import warp as wp
 
-from . import _geometry_calls
+from . import _geometry
 from ._base import AbstractWarpModule
 from ._factory import make_module
 from ._ffi import _executors
@@ -199,11 +199,6 @@ class JaxCallable(AbstractWarpModule):
         if len(args) != sig.num_inputs:
             names = ", ".join(p.name for p in sig.inputs) or "none"
             raise TypeError(f"{what} takes {sig.num_inputs} input(s) ({names}), got {len(args)}.")
-        _geometry_calls.check_places(params, args, what, kernel=False)
-        if self.enable_backward:
-            names = tuple(name for name, _ in params)
-            args = _geometry_calls.guard_gradients(args, names, _geometry_calls.CALLABLE_DROPS, what)
-        groups, xparams, xargs = _geometry_calls.expand(params, args, what)
         dims = self._output_dims(options, what)
         if dims is None and sig.outputs:
             # the default stays the first array input's Warp shape among the caller's arguments, not a structure's
@@ -212,8 +207,14 @@ class JaxCallable(AbstractWarpModule):
                 raise ValueError(f"{what}: no array input to take the outputs' dims from; pass output_dims=...")
             spec = next(spec for spec in sig.inputs if spec.is_array)
             dims = tuple(np.shape(first)[: spec.warp_ndim])
-        inner = structure_callable(
-            _geometry_calls.Launcher(target, groups, xparams),
+        return _geometry.launch(
+            structure_callable,
+            target,
+            params,
+            args,
+            what,
+            launch=None,
+            drops=_geometry.CALLABLE_DROPS if self.enable_backward else None,
             num_outputs=self.num_outputs,
             in_out_argnames=self.in_out_argnames,
             output_dims=dims,
@@ -221,7 +222,6 @@ class JaxCallable(AbstractWarpModule):
             protect_inputs=self.protect_inputs,
             has_side_effect=self.has_side_effect,
         )
-        return inner(*xargs)
 
     def _plan(self, target: Callable[..., Any], bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         results = _dims.result_buffers(bound, self._output_dims(options, what), _dims.default_launch_dims(bound), what)
@@ -241,7 +241,7 @@ class JaxCallable(AbstractWarpModule):
 
 
 def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
-    """The callable that runs a module call given Warp structures (`_geometry_calls`).
+    """The callable that runs a module call given Warp structures (`_geometry.launch`).
 
     jarp's Python path, one call per ``vmap`` slice (each slice builds its own structure), and outside CUDA graphs
     (a build allocates).
@@ -250,7 +250,7 @@ def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
 
 
 def _label(target: Any) -> str | None:
-    """The name of the module the user called, for the launcher of a call given Warp structures (`_geometry_calls`)."""
+    """The name of the module the user called, for the launcher of a call given Warp structures (`_geometry`)."""
     label = getattr(target, "jarp_label", None)
     return label if isinstance(label, str) else None
 

@@ -9,7 +9,7 @@ import equinox as eqx
 import numpy as np
 import warp as wp
 
-from . import _geometry_calls
+from . import _geometry
 from ._base import AbstractWarpModule
 from ._callable import structure_callable
 from ._factory import make_module
@@ -251,26 +251,24 @@ class JaxKernel(AbstractWarpModule):
         return dims, results, block_dim
 
     def _call_with_structures(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[Any, ...]:
-        # The kernel's own binding (structures as static ids) gives the overload, launch dims and outputs; the
-        # launch itself goes to a callable that builds the structures inside the call (`_geometry_calls`).
-        # a structure stands in as a static id, so a generic kernel's arg_types_factory sees wp.uint64 for it
-        placeholders = tuple(np.uint64(0) if _geometry_calls.is_structure(a) else a for a in args)
+        # The kernel's own binding (each structure a static id) gives the overload, launch dims and outputs, and the
+        # plan a call without structures would launch runs every check a plain call gets (the writes, launch dims
+        # against the arrays the kernel indexes, outputs covering the launch); the launch itself goes to a callable
+        # that builds the structures inside the call (`_geometry.launch`).
+        placeholders = tuple(np.uint64(0) if _geometry.is_structure(a) else a for a in args)
         target = self._target_for(placeholders)
         what = self._label(target)
         sig = self._signature(target)
-        _geometry_calls.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
+        _geometry.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
         bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)
         names = tuple(spec.name for spec in sig.inputs)
-        _geometry_calls.check_structure_uses(target, args, names, what)
+        _geometry.check_structure_uses(target, args, names, what)
         fields = [n for n in bound.runtime_scalars if "." in n]
         if fields:
             raise TypeError(
                 f"{what}: struct field(s) {fields} got JAX values in a call with a Warp structure; pass them as "
                 "Python numbers (static), or make them scalar parameters of the kernel (those take JAX values)."
             )
-        # The plan a call without structures would launch, with each structure's id a static placeholder: every
-        # check a plain call gets (the writes, launch dims against the arrays the kernel indexes, outputs covering
-        # the launch) runs on it; the launch itself goes to the callable below.
         self._plan(target, bound, options, what)
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
@@ -281,23 +279,27 @@ class JaxKernel(AbstractWarpModule):
         if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
             target = _runtime_scalars.bounds_checked(target)
         dims, results, block_dim = self._shapes(bound, options, what)
-        args = _geometry_calls.match_query_precision(target, args, names, what)
+        args = _geometry.match_query_precision(target, args, names, what)
+        drops = None
         if self.enable_backward:
             # Warp's mesh builtins drop the vertex gradient: the variant reads the vertices as arrays instead
             target = _geometry_variants.vertex_reads(target)
-            args = _geometry_calls.guard_gradients(args, names, _geometry_adjoints.dropped(target), what)
+            drops = _geometry_adjoints.dropped(target)
         params = _warp_internals.kernel_params(target)
-        groups, xparams, xargs = _geometry_calls.expand(params, args, what)
-        launch = (tuple(dims), len(params) - sig.num_pure_outputs, block_dim)
-        inner = structure_callable(
-            _geometry_calls.Launcher(target, groups, xparams, launch),
+        return _geometry.launch(
+            structure_callable,
+            target,
+            params,
+            args,
+            what,
+            launch=(tuple(dims), len(params) - sig.num_pure_outputs, block_dim),
+            drops=drops,
             num_outputs=sig.num_outputs,
             in_out_argnames=self.in_out_argnames,
-            output_dims=_geometry_calls.output_dims(results, sig.outputs),
+            output_dims=_geometry.output_dims(results, sig.outputs),
             enable_backward=self.enable_backward,
-            protect_inputs=False,  # the kernel writes no input (`_check_writes`)
+            protect_inputs=False,  # the kernel writes no input (`_check_writes`, `check_structure_uses`)
         )
-        return inner(*xargs)
 
     def _plan(self, target: wp.Kernel, bound: BoundCall, options: Mapping[str, Any], what: str) -> Plan:
         # Judged again for each plan (cached while nothing changed): a generic kernel's overload is first seen here,

@@ -151,7 +151,7 @@ def forward_mode_error(plan: Plan, reverse: bool = False) -> ForwardModeError:
     ``reverse``: whether the module has reverse mode (built with ``enable_backward=True``).
     """
     # A kernel given Warp structures runs as a callable whose function says which module the user called and
-    # whether that call could take derivative rules (`_geometry_calls.Launcher`).
+    # whether that call could take derivative rules (`_geometry.Launcher`).
     factory = getattr(plan.target, "jarp_factory", None)
     if not isinstance(factory, str):
         factory = "jax_kernel()" if plan.runs is Runs.KERNEL else "jax_callable()"

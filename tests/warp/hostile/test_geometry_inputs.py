@@ -325,9 +325,9 @@ def test_a_structure_in_the_wrong_place_names_the_annotation_in_warp_s_words() -
 
 def test_the_index_check_compiles_for_cuda() -> None:
     # NVRTC, no driver: the check a GPU runs before every refit (and build) builds for the device
-    from jarp.warp import _geometry
     from jarp.warp._codegen import compile_aot
+    from jarp.warp._geometry import _structures
 
-    paths = compile_aot(_geometry, arch=90)
+    paths = compile_aot(_structures, arch=90)
     assert sorted(paths) == [90]
     assert all(p.exists() for p in paths.values())

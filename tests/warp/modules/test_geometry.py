@@ -21,8 +21,8 @@ import warp as wp
 from jax.test_util import check_grads
 
 from jarp.warp import Bvh, HashGrid, Mesh, Volume, jax_callable, jax_kernel
-from jarp.warp import _geometry_builds as builds
 from jarp.warp._codegen import compile_aot
+from jarp.warp._geometry import _builds as builds
 from jarp.warp._plan import _geometry_variants
 from tests.support import kernels_geometry as kg
 from tests.support.geometry import (

@@ -14,8 +14,8 @@ from typing import Any
 
 import warp as wp
 
-from ._ffi import _executors
-from ._geometry import Recipe
+from .._ffi import _executors
+from ._structures import Recipe
 
 # How many structures each slot built and refitted (for tests and benchmarks: a refit skipped when the points
 # moved, or a build where a refit would do, shows here).

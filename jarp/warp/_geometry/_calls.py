@@ -3,7 +3,7 @@
 A jarp structure (`Mesh`, `Bvh`, `HashGrid`, `Volume`) given to a `JaxKernel` (where the kernel takes the id) or
 to a `JaxCallable` (where the function takes the Warp object) is replaced by its arrays, and the call goes to a
 `JaxCallable` whose function (a launcher, compared by value) builds or refits each structure from those arrays
-inside the call (`_geometry_builds.obtain`) and then launches the kernel with the ids, or calls the function with the
+inside the call (`_builds.obtain`) and then launches the kernel with the ids, or calls the function with the
 objects. That callable runs on jarp's Python path, one call per ``vmap`` slice (each slice its own structure),
 and is differentiated like any callable: the reverse pass replays the launcher under a ``wp.Tape`` with each
 array's gradient buffer attached, so a kernel reading ``wp.mesh_get(id).points`` accumulates the points'
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from ._geometry import AbstractStructure, HashGrid, Recipe
-from ._geometry_builds import obtain
-from ._plan import _geometry_adjoints
-from ._plan._analysis import _builtins, _writes
-from ._plan._arg_spec import describe_type
+from .._plan import _geometry_adjoints
+from .._plan._analysis import _builtins, _writes
+from .._plan._arg_spec import describe_type
+from ._builds import obtain
+from ._structures import AbstractStructure, HashGrid, Recipe
 
 
 def is_structure(value: Any) -> bool:
@@ -98,6 +98,43 @@ class Launcher(eqx.Module):
         wp.launch(self.target, dim=dims, inputs=values[:num_inputs], outputs=values[num_inputs:], block_dim=block_dim)
 
 
+def launch(
+    make_callable: Callable[..., Callable[..., tuple[jax.Array, ...]]],
+    target: Any,
+    params: tuple[tuple[str, Any], ...],
+    args: tuple[Any, ...],
+    what: str,
+    *,
+    launch: tuple[tuple[int, ...], int, int | None] | None,
+    drops: tuple[_geometry_adjoints.Drop, ...] | None,
+    **options: Any,
+) -> tuple[jax.Array, ...]:
+    """Run a module call given structures: the structures' arrays become operands of a callable whose function (a
+    `Launcher`) builds them inside the call and runs the target. What both module kinds share, after each has
+    resolved its target (a kernel also bound and checked its launch).
+
+    Args:
+        make_callable: makes the inner callable from the launcher and ``options`` (`_callable.structure_callable`).
+        target: the kernel overload (or variant) or the function.
+        params: the target's parameters ``(name, Warp type)``, inputs first.
+        args: the call's arguments, one per input parameter.
+        what: the module, for messages.
+        launch: a kernel's ``(launch dims, number of inputs, block dim)``; None for a function.
+        drops: where Warp's adjoint drops a structure array's gradient, when the module is differentiated
+            (`_geometry_adjoints.dropped`, or `CALLABLE_DROPS`); None when it is not.
+        **options: the inner callable's options (``num_outputs``, ``output_dims``...).
+
+    Returns:
+        The call's outputs.
+    """
+    check_places(params, args, what, kernel=launch is not None)
+    if drops is not None:
+        names = tuple(name for name, _ in params[: len(args)])
+        args = guard_gradients(args, names, drops, what)
+    groups, xparams, xargs = expand(params, args, what)
+    return make_callable(Launcher(target, groups, xparams, launch), **options)(*xargs)
+
+
 def _warp_object(built: Any) -> Any:
     """The Warp object behind what `obtain` keeps (a mesh with its private indices...)."""
     for name in ("mesh", "bvh"):
@@ -161,7 +198,7 @@ def check_structure_uses(target: wp.Kernel, args: tuple[Any, ...], names: tuple[
 
     A structure's arrays are the caller's immutable JAX arrays (the call's operands, not copies), so a store through
     ``wp.mesh_get(id).points`` is refused as a store into an input array is. The id names an object that lives in
-    the call's store only as long as a compiled program can launch it (`_geometry_builds`): stored into an output,
+    the call's store only as long as a compiled program can launch it (`_builds`): stored into an output,
     it would outlive it, so any use of the id but a query is refused too.
 
     Args:

@@ -4,7 +4,7 @@ Each class is an Equinox module whose arrays are leaves and whose build options 
 a model's field, traced, batched, differentiated and serialised like any other. It knows two things: which arrays
 it hands to the call (`AbstractStructure.operands`, cast to what Warp builds from) and how to make or update its
 Warp object from the Warp arrays wrapping those buffers inside the call (`build`, `update`). When to build and how
-long a built object lives is `_geometry_builds`' concern.
+long a built object lives is `_builds`' concern.
 """
 
 # No `from __future__ import annotations`: Equinox refuses stringified `AbstractVar` annotations.
@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 from jaxtyping import Array, Float, Int
 
-from ._upstream import _warp_internals
+from .._upstream import _warp_internals
 
 
 @dataclasses.dataclass(frozen=True)
