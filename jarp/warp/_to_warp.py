@@ -13,7 +13,7 @@ import warp as wp
 
 from ._plan import _dtypes
 from ._upstream import _warp_internals
-from .types import _matrix_type, _vector_type
+from .types import matrix_type, vector_type
 
 _SUPPORTED = "warp.array, numpy.ndarray, jax.Array"
 _HINT_FORMS = (
@@ -147,8 +147,8 @@ def _apply_hint(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -
     if hint.concrete is not None:
         return hint.concrete, target_scalar
     if n_inner == 1:
-        return _vector_type(trailing[0], target_scalar), target_scalar
-    return _matrix_type((trailing[0], trailing[1]), target_scalar), target_scalar
+        return vector_type(trailing[0], target_scalar), target_scalar
+    return matrix_type((trailing[0], trailing[1]), target_scalar), target_scalar
 
 
 def _check_device(kwargs: dict[str, Any], actual: Any, source: str, fix: str) -> None:

@@ -245,7 +245,7 @@ def _cached_matrix(shape: tuple[int, int], scalar: type[Any]) -> type[Any]:
     return builtin if builtin is not None and wp.types.types_equal(builtin, built) else built
 
 
-def _vector_type(length: int, scalar: type[Any]) -> type[Any]:
+def vector_type(length: int, scalar: type[Any]) -> type[Any]:
     """Return the Warp vector dtype of `length` components of type `scalar`.
 
     Prefers Warp's built-in type (`wp.vec3f`, ...) and otherwise builds one with
@@ -265,7 +265,7 @@ def _vector_type(length: int, scalar: type[Any]) -> type[Any]:
     return _cached_vector(_positive_int(length, "length"), _check_scalar(scalar))
 
 
-def _matrix_type(shape: tuple[int, int], scalar: type[Any]) -> type[Any]:
+def matrix_type(shape: tuple[int, int], scalar: type[Any]) -> type[Any]:
     """Return the Warp matrix dtype of shape `(rows, cols)` with entries of type `scalar`.
 
     Prefers Warp's built-in type (`wp.mat33f`, ...) and otherwise builds one with
@@ -304,7 +304,7 @@ def vector(length: int) -> type[Any]:
         >>> vector(3) is wp.vec3f  # jax_enable_x64 off
         True
     """
-    return _vector_type(length, _floating())
+    return vector_type(length, _floating())
 
 
 def matrix(shape: tuple[int, int]) -> type[Any]:
@@ -326,7 +326,7 @@ def matrix(shape: tuple[int, int]) -> type[Any]:
         >>> matrix((3, 3)) is wp.mat33f  # jax_enable_x64 off
         True
     """
-    return _matrix_type(shape, _floating())
+    return matrix_type(shape, _floating())
 
 
 def __dir__() -> list[str]:

@@ -157,3 +157,43 @@ def test_the_checker_sees_imports() -> None:
     assert "jarp.warp._plan._values" in GRAPH["jarp.warp._ffi._executors"]
     assert "jarp.warp._ffi._target" in GRAPH["jarp.warp._jax._lowering"]
     assert _rank("jarp.warp._jax._lowering") > _rank("jarp.warp._ffi._target") > _rank("jarp.warp._plan._values")
+
+
+def _private_names_imported(path: Path, name: str | None = None) -> list[str]:
+    """The underscore names (not modules) ``path`` (the module ``name``) imports from another jarp module, except
+    from `_upstream`."""
+    name = _module_name(path) if name is None else name
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")
+            target = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+        elif (node.module or "").startswith("jarp"):
+            target = node.module or ""
+        else:
+            continue
+        if "._upstream" in target:
+            continue
+        for alias in node.names:
+            rel = Path(*f"{target}.{alias.name}".split(".")[1:])
+            is_module = (PACKAGE.parent / rel).with_suffix(".py").exists() or (PACKAGE.parent / rel).is_dir()
+            if alias.name.startswith("_") and not is_module:
+                found.append(f"line {node.lineno}: {alias.name} from {target}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.parent.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_no_underscore_name_is_imported_across_modules(path: Path) -> None:
+    # A name another module needs is that module's interface: named without an underscore (modules themselves are
+    # private by their own names); Warp's and JAX's internals are reached through `_upstream` only
+    assert _private_names_imported(path) == []
+
+
+def test_the_underscore_name_checker_sees_them(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from ._values import _hidden, Plan\nfrom . import _values\nfrom .._upstream._x import _ok\n")
+    found = _private_names_imported(probe, "jarp.warp._plan._probe")
+    assert found == ["line 1: _hidden from jarp.warp._plan._values"]

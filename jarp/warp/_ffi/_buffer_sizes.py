@@ -193,7 +193,7 @@ def check_slices(
 
 
 def check_callable(plan: Plan) -> None:
-    """Check each ``wp.array`` a callable plan's executor wraps a call buffer in (`_CallableExecutor._array`).
+    """Check each ``wp.array`` a callable plan's executor wraps a call buffer in (`CallableExecutor._array`).
 
     Warp gives such an array contiguous strides of its dtype's size, over the buffer's leading ``warp_ndim`` dims;
     it must span the buffer (one batch slice) to the byte.

@@ -15,10 +15,10 @@ from .._plan import _dtypes, _geometry_adjoints
 from .._plan._values import Binding, Plan
 from .._upstream import _warp_internals, _xla_ffi
 from . import _buffer_sizes, _errors, _locks, _struct_bytes
-from ._executor_base import _check_load_during_capture, _Executor, _memmove, _memset
+from ._executor_base import Executor, check_load_during_capture, memmove, memset
 
 
-class _CallableExecutor(_Executor):
+class CallableExecutor(Executor):
     """Call a Python function that launches Warp kernels on arrays wrapping XLA's buffers.
 
     For adjoint plans the function runs under a ``wp.Tape`` with each
@@ -86,14 +86,14 @@ class _CallableExecutor(_Executor):
             scope: Any = wp.ScopedDevice(self.device)
             for i, j, nbytes in self.copies:
                 if ops[i] != res[j]:
-                    _memmove(res[j], ops[i], nbytes)
+                    memmove(res[j], ops[i], nbytes)
             for j, nbytes in self.zero:
-                _memset(res[j], 0, nbytes)
+                memset(res[j], 0, nbytes)
         else:
             cuda_stream = _xla_ffi.get_stream(frame)
             capturing = _warp_internals.stream_is_capturing(cuda_stream)
             if capturing and not self.warm:
-                _check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
+                check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
             # ScopedStream makes the stream the device's current one and the device Warp's current device.
             scope = wp.ScopedStream(wp.Stream(self.device, cuda_stream=cuda_stream), sync_enter=False)
             for i, j, nbytes in self.copies:

@@ -31,9 +31,9 @@ import numpy as np
 
 from .._plan._values import Plan
 from . import _errors
-from ._callable_executor import _CallableExecutor
-from ._executor_base import _memset
-from ._kernel_executors import _CpuKernelExecutor
+from ._callable_executor import CallableExecutor
+from ._executor_base import memset
+from ._kernel_executors import CpuKernelExecutor
 from ._native import _ranged
 
 ENV = "JARP_CHECKING"
@@ -213,7 +213,7 @@ class _CheckedInputs:
         )
 
 
-class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
+class CheckedCpuKernelExecutor(_CheckedInputs, CpuKernelExecutor):
     """A CPU kernel launch that verifies its plan's verdicts on every call (see the module docstring)."""
 
     def __init__(self, plan: Plan, device: Any) -> None:
@@ -245,7 +245,7 @@ class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
         # the state the plan's own launch starts from, and a sentinel in the outputs whose fills it skips
         self.prepare_results(ptrs)
         for j in self.skipped:
-            _memset(ptrs[1][j], SENTINEL, self.sizes[1][j])
+            memset(ptrs[1][j], SENTINEL, self.sizes[1][j])
         start = self._copies(ptrs)  # every buffer as the launch finds it, skipped outputs zero-filled
         for j in self.skipped:
             start[(1, j)][:] = 0
@@ -391,7 +391,7 @@ class CheckedCpuKernelExecutor(_CheckedInputs, _CpuKernelExecutor):
         return bool(np.array_equal(merged.astype(dtype), target))
 
 
-class CheckedCpuCallableExecutor(_CheckedInputs, _CallableExecutor):
+class CheckedCpuCallableExecutor(_CheckedInputs, CallableExecutor):
     """A CPU callable whose function must leave its input buffers as they were (see the module docstring).
 
     A callable gets private copies of its inputs unless it was made with ``protect_inputs=False``: then this checks

@@ -13,19 +13,19 @@ from .._upstream import _warp_internals, _xla_ffi
 from . import _errors
 from ._frame import CallError, FrameBuffers
 
-_ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+ENTRY_FORWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
-_ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+ENTRY_BACKWARD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
-_memset = ctypes.memset
+memset = ctypes.memset
 
 
-_memmove = ctypes.memmove
+memmove = ctypes.memmove
 
 
-def _check_load_during_capture(plan: Plan, device: Any, stream: int, first_run: bool) -> None:
+def check_load_during_capture(plan: Plan, device: Any, stream: int, first_run: bool) -> None:
     """Refuse to load Warp modules while XLA captures ``stream`` into a CUDA graph, where the driver cannot.
 
     CUDA drivers older than 12.3 cannot load a module during a stream capture (``wp.capture_begin`` loads
@@ -73,7 +73,7 @@ def _batch_offsets(plan: Plan, nbytes: tuple[int, ...], batch: tuple[tuple[bool,
     return out
 
 
-class _Executor:
+class Executor:
     """What every executor prepares from its plan: the frame check, the batch slices, the results to zero-fill.
 
     Attributes:

@@ -1,8 +1,8 @@
 """Executors: one per (plan, device), prepared once, run by the FFI target on every call.
 
 An executor writes a call's buffer pointers into a copy of a pre-filled argument block and calls the
-kernel's compiled entry point directly (`_CpuKernelExecutor`, `_CudaKernelExecutor`), or calls a
-Python function on ``wp.array``s wrapping XLA's buffers (`_CallableExecutor`). There is no lock around a
+kernel's compiled entry point directly (`CpuKernelExecutor`, `CudaKernelExecutor`), or calls a
+Python function on ``wp.array``s wrapping XLA's buffers (`CallableExecutor`). There is no lock around a
 kernel launch: each call fills its own argument block, so threads (pmap, several Python threads driving one
 executable) run concurrently; callables run one at a time (`_locks.callables`). Where the native handler is in use, a kernel executor also publishes its
 launch as a descriptor, and the handler runs later calls with no Python.
@@ -25,19 +25,19 @@ import warp as wp
 from .._plan._values import Plan, Runs
 from .._upstream import _jax_internals, _warp_internals, _xla_ffi
 from . import _checking, _errors, _locks, _native
+from ._callable_executor import CallableExecutor
 from ._callable_executor import CallSite as CallSite
-from ._callable_executor import _CallableExecutor
 from ._callable_executor import current_call as current_call
-from ._executor_base import _check_load_during_capture, _Executor
+from ._executor_base import Executor, check_load_during_capture
 from ._frame import CallError, FrameBuffers
-from ._kernel_executors import _CpuKernelExecutor, _CudaKernelExecutor, _KernelExecutor
+from ._kernel_executors import CpuKernelExecutor, CudaKernelExecutor, KernelExecutor
 from ._native._fp_env import default_fp_env
 from ._registry import ReleasedPlanError, registry
 
-executors: dict[tuple[int, int], _Executor | _PartitionedExecutor] = {}
+executors: dict[tuple[int, int], Executor | _PartitionedExecutor] = {}
 
 
-cpu_executors: dict[int, _Executor | _PartitionedExecutor] = {}  # the CPU hot path: keyed by handle alone
+cpu_executors: dict[int, Executor | _PartitionedExecutor] = {}  # the CPU hot path: keyed by handle alone
 
 
 # The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives: a
@@ -116,11 +116,11 @@ def build_lock() -> Iterator[None]:
         yield
 
 
-def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Executor | _PartitionedExecutor:
+def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> Executor | _PartitionedExecutor:
     """The executor of ``key`` (plan handle, device ordinal), prepared on first use.
 
     ``frame`` is the call frame that asked (0: none); preparing a CUDA kernel executor loads the kernel's
-    module, which `_check_load_during_capture` refuses while XLA captures that frame's stream on a driver
+    module, which `check_load_during_capture` refuses while XLA captures that frame's stream on a driver
     that cannot load modules during a capture.
     """
     with _locks.executors, _warp_internals.warp_lock():  # an executor loads the kernel's module
@@ -136,7 +136,7 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Execut
             if key[1] == -1:
                 cpu_executors[key[0]] = executor
             native = _native.active()
-            if native is not None and isinstance(executor, _KernelExecutor):
+            if native is not None and isinstance(executor, KernelExecutor):
                 descriptor = executor.native_descriptor()
                 if descriptor is not None:
                     slot = 0 if key[1] == -1 else 1 + key[1]
@@ -144,18 +144,18 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> _Execut
     return executor
 
 
-def _build(plan: Plan, device: Any, frame: int) -> _Executor:
+def _build(plan: Plan, device: Any, frame: int) -> Executor:
     """A new executor of ``plan`` on ``device`` (under `_locks.executors` and Warp's lock: a kernel executor loads its module)."""
     # Not XLA's flush-to-zero mode: static subnormals are packed as they are, not as 0.
     with default_fp_env():
         checked = device.is_cpu and _checking.checking_mode()
         if plan.runs is Runs.CALLABLE:
-            return _checking.CheckedCpuCallableExecutor(plan, device) if checked else _CallableExecutor(plan, device)
+            return _checking.CheckedCpuCallableExecutor(plan, device) if checked else CallableExecutor(plan, device)
         if device.is_cpu:
-            return _checking.CheckedCpuKernelExecutor(plan, device) if checked else _CpuKernelExecutor(plan, device)
+            return _checking.CheckedCpuKernelExecutor(plan, device) if checked else CpuKernelExecutor(plan, device)
         if frame:
-            _check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
-        return _CudaKernelExecutor(plan, device)
+            check_load_during_capture(plan, device, _xla_ffi.get_stream(frame), first_run=False)
+        return CudaKernelExecutor(plan, device)
 
 
 class _PartitionedExecutor:
@@ -180,7 +180,7 @@ class _PartitionedExecutor:
         self.slot = slot
         self.handle = handle
         self.buffers = FrameBuffers(plan)
-        self.by_batch: dict[tuple[int, ...], _Executor] = {}
+        self.by_batch: dict[tuple[int, ...], Executor] = {}
         self.published = False
 
     def run(self, frame: int) -> None:
@@ -190,7 +190,7 @@ class _PartitionedExecutor:
             part = self._part(self.plan.batch_shape if local is None else local, frame)
         part.run(frame)
 
-    def _part(self, local: tuple[int, ...], frame: int) -> _Executor:
+    def _part(self, local: tuple[int, ...], frame: int) -> Executor:
         with _locks.executors, _warp_internals.warp_lock():
             part = self.by_batch.get(local)
             if part is not None:
@@ -199,7 +199,7 @@ class _PartitionedExecutor:
             if len(self.by_batch) < self.MAX_PARTS:
                 self.by_batch[local] = part
             native = _native.active()
-            if native is not None and not self.published and isinstance(part, _KernelExecutor):
+            if native is not None and not self.published and isinstance(part, KernelExecutor):
                 descriptor = part.native_descriptor()
                 if descriptor is not None:
                     self.published = True

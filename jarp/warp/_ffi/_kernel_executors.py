@@ -15,11 +15,11 @@ from .._plan._analysis import _races
 from .._plan._values import Plan
 from .._upstream import _warp_internals, _xla_ffi
 from . import _arg_blocks, _buffer_sizes, _errors, _native, _threads
-from ._executor_base import _ENTRY_BACKWARD, _ENTRY_FORWARD, _Executor, _memmove, _memset
+from ._executor_base import ENTRY_BACKWARD, ENTRY_FORWARD, Executor, memmove, memset
 from ._native import _guard, _ranged
 
 
-class _KernelExecutor(_Executor):
+class KernelExecutor(Executor):
     """Shared preparation of a kernel launch: argument blocks and pointer slots."""
 
     def __init__(self, plan: Plan, device: Any) -> None:
@@ -97,7 +97,7 @@ class _KernelExecutor(_Executor):
         return None
 
 
-class _CpuKernelExecutor(_KernelExecutor):
+class CpuKernelExecutor(KernelExecutor):
     """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
 
     def __init__(self, plan: Plan, device: Any) -> None:
@@ -106,9 +106,9 @@ class _CpuKernelExecutor(_KernelExecutor):
         # block's threads as fibers; it records errors (e.g. a fiber stack overflow) instead of aborting.
         self.cooperative = self.entry.block_dim > 1
         if self.adjoint:
-            self.fn = _ENTRY_BACKWARD(self.entry.backward)
+            self.fn = ENTRY_BACKWARD(self.entry.backward)
         else:
-            self.fn = _ENTRY_FORWARD(self.entry.forward)
+            self.fn = ENTRY_FORWARD(self.entry.forward)
         if plan.bounds_checked:
             # Warp's debug build aborts the process on a failed index check: launch under jarp's guard instead.
             if not _guard.available():
@@ -128,9 +128,9 @@ class _CpuKernelExecutor(_KernelExecutor):
         """Give the results the state the launch starts from: in-out operands copied in, the fills made."""
         for i, j, nbytes in self.copies:
             if ptrs[0][i] != ptrs[1][j]:
-                _memmove(ptrs[1][j], ptrs[0][i], nbytes)
+                memmove(ptrs[1][j], ptrs[0][i], nbytes)
         for j, nbytes in self.zero:
-            _memset(ptrs[1][j], 0, nbytes)
+            memset(ptrs[1][j], 0, nbytes)
 
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
@@ -235,7 +235,7 @@ class _CpuKernelExecutor(_KernelExecutor):
             raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
 
 
-class _CudaKernelExecutor(_KernelExecutor):
+class CudaKernelExecutor(KernelExecutor):
     def __init__(self, plan: Plan, device: Any) -> None:
         # Also checked at lowering for CUDA (`_jax._lowering`); here too, before any CUDA launch is prepared.
         _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)

@@ -6,7 +6,7 @@ while it holds one that comes later (re-acquiring one it already holds is fine: 
     `callables`  ->  `executors`  ->  Warp's lock (`_warp_internals.warp_lock`)  ->  Warp's `_codegen_lock`
 
 `_executors.get_executor` and `_PartitionedExecutor._part` take `executors`, then Warp's lock (an executor loads its
-module); a callable's first run takes both in the same order before its function runs (`_CallableExecutor.run`: the
+module); a callable's first run takes both in the same order before its function runs (`CallableExecutor.run`: the
 function may launch another jarp module, whose executor takes `executors`), and so does `_executors.build_lock` for
 the user code jarp runs under Warp's lock (a generic callable's factory); `_warp_internals` takes Warp's
 `_codegen_lock` only under Warp's lock. The registry's lock and the native handler's lock come after all of these and

@@ -1,4 +1,4 @@
-"""The CUDA branch of `_executors._CallableExecutor`, without a GPU: XLA's capture, the stream switch and its lock.
+"""The CUDA branch of `_executors.CallableExecutor`, without a GPU: XLA's capture, the stream switch and its lock.
 
 Warp's bridge runs a callable's function under ``wp.ScopedStream`` on XLA's stream, inside
 ``wp.ScopedCapture(external=True)`` when XLA is recording the call into a command buffer (a CUDA graph), keeps the
@@ -130,7 +130,7 @@ class Fakes:
         self.memsets.append((ptr, nbytes, stream))
 
     def executor(self, ordinal: int = 0) -> Any:
-        executor = _executors._CallableExecutor(_plan(lambda x: _callable(x)[0], _x), FakeDevice(ordinal))
+        executor = _executors.CallableExecutor(_plan(lambda x: _callable(x)[0], _x), FakeDevice(ordinal))
         # The buffers: fake addresses for the frame; the arrays: what the function is handed (wp.array needs a device).
         executor.pointers = lambda frame: ([0x1000], [0x2000])
         executor._array = lambda spec, binding, ops, res, s, grad=None: (binding.source, binding.index, s)

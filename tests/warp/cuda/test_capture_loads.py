@@ -1,6 +1,6 @@
 """No Warp module loads inside XLA's capture of a command buffer on a CUDA driver that cannot (before 12.3).
 
-Unit: `_executors.get_executor` (given the call frame, as `_target` passes it) and `_executors._check_load_during_capture`.
+Unit: `_executors.get_executor` (given the call frame, as `_target` passes it) and `_executors.check_load_during_capture`.
 Preparing a CUDA kernel executor loads the kernel's module; if XLA is capturing the frame's stream, the driver is older
 than 12.3 and nothing preloaded the module, that is refused with a ``FAILED_PRECONDITION`` naming the fixes, before
 anything loads. Without a GPU the device, the stream's capture state, the driver's answer and the load are faked.
@@ -46,7 +46,7 @@ class Fakes:
         monkeypatch.setattr(_warp_internals, "stream_is_capturing", lambda stream: stream == STREAM and self.capturing)
         monkeypatch.setattr(_warp_internals, "loads_during_capture", lambda: self.new_driver)
         monkeypatch.setattr(_warp_internals, "module_loaded", self._module_loaded)
-        monkeypatch.setattr(_executors, "_CudaKernelExecutor", self._executor)
+        monkeypatch.setattr(_executors, "CudaKernelExecutor", self._executor)
 
     def _module_loaded(self, kernel: Any, device: Any, block_dim: int | None = None) -> bool:
         assert device is self.device

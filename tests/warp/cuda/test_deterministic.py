@@ -154,4 +154,4 @@ def test_a_cuda_executor_refuses_before_loading_anything() -> None:
     (handle,) = set(plan_handles(text))
     plan = registry.plan(handle)
     with pytest.raises(NotImplementedError, match=r"kernel 'sum_kernel'.*deterministic mode \(RUN_TO_RUN\)"):
-        _executors._CudaKernelExecutor(plan, object())  # refused before the device is touched
+        _executors.CudaKernelExecutor(plan, object())  # refused before the device is touched

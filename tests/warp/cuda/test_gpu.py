@@ -406,7 +406,7 @@ f = jax.jit(lambda x: jax_callable(k.scale_func)(x, 3.0)[0] + 1.0)
 x = jnp.arange(1000, dtype=jnp.float32)
 for _ in range(2):
     np.testing.assert_allclose(np.asarray(f(x)), 3.0 * np.arange(1000) + 1.0, rtol=1e-6)
-captures = [e.capture for e in _executors.executors.values() if isinstance(e, _executors._CallableExecutor)]
+captures = [e.capture for e in _executors.executors.values() if isinstance(e, _executors.CallableExecutor)]
 assert captures and all(c is not None for c in captures), captures
 print("ok", len(captures))
 """

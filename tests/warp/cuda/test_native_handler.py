@@ -7,7 +7,7 @@ are Python callbacks) and fake CUDA functions with the exact signatures Warp dec
 ``wp_cuda_launch_kernel`` and ``wp_memset_device``. The execute stage (``jarp_handler_cuda``) reads its plan
 handle from the call's state, which the fake ``State_Get`` hands over (the 24-byte ``State`` the instantiate
 stage, ``jarp_instantiate_cuda``, makes; also tested here, with a fake resolve callback).
-The descriptors are the real ones: `_executors._CudaKernelExecutor` prepares real plans, with only Warp's module
+The descriptors are the real ones: `_executors.CudaKernelExecutor` prepares real plans, with only Warp's module
 loading faked (a made-up context, CUfunctions, block, cluster and shared-memory sizes).
 
 The handler under test is a private copy of the compiled object, loaded into Warp's JIT under another
@@ -368,7 +368,7 @@ class FakeDevice:
 
 
 def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int = CLUSTER) -> Any:
-    """A real `_executors._CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
+    """A real `_executors.CudaKernelExecutor` for ``plan``; only Warp's module loading is faked."""
     size = math.prod(plan.launch_dims)
     device = FakeDevice()
     entry = SimpleNamespace(
@@ -400,7 +400,7 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
     real = _warp_internals.load_entry_points
 
     monkeypatch.setattr(_warp_internals, "load_entry_points", load_entry_points)
-    executor = _executors._CudaKernelExecutor(plan, device)
+    executor = _executors.CudaKernelExecutor(plan, device)
     assert loads == [(plan.target, device, plan.block_dim)]
     return executor
 
@@ -509,7 +509,7 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
         expected = _expected_params(plan, frame, s)
         assert _decode(launch["params"], expected, bounds_type) == expected, f"slice {s}"
 
-    # The Python path's launch (_CudaKernelExecutor.run through _warp_internals.cuda_launch and cuda_memset,
+    # The Python path's launch (CudaKernelExecutor.run through _warp_internals.cuda_launch and cuda_memset,
     # as the CUDA callback runs it) calls Warp's functions with the same arguments and parameter values.
     native = (list(env.cuda.memsets), [dict(launch) for launch in env.cuda.launches])
     env.reset(_param_sizes(plan, bounds_type))

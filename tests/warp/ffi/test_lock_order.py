@@ -2,7 +2,7 @@
 
 Unit: the FFI executors' lock (``_locks.executors``), Warp's lock (``_warp_internals.warp_lock``) and Warp's own
 ``_codegen_lock`` as jarp takes them: a kernel's first call (``_executors.get_executor``), a callable's first run
-(``_CallableExecutor.run``, whose function may call another jarp module) and a generic callable's factory
+(``CallableExecutor.run``, whose function may call another jarp module) and a generic callable's factory
 (``_callable._specialise``). A thread that waits for an earlier lock while it holds a later one can deadlock with
 a thread that takes them in order: a callable's first run held Warp's lock alone while a jarp kernel its function
 called prepared its executor under the executors' lock, as ``get_executor`` on another thread held the executors'

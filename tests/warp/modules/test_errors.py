@@ -100,7 +100,7 @@ def test_kernel_errors_name_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     # A plan's executor is prepared by Python at its first call on a device (on both launch paths);
     # a failure there is the error a kernel call can raise. Fresh shapes make fresh plans (sizes no other test
     # uses: an earlier test's plan of the same shape would already have its executor).
-    monkeypatch.setattr(_executors._CpuKernelExecutor, "__init__", failing_prepare)
+    monkeypatch.setattr(_executors.CpuKernelExecutor, "__init__", failing_prepare)
     y = jnp.arange(23, dtype=jnp.float32)
     with pytest.raises(RuntimeError, match="launch failed") as info:
         m(y)

@@ -663,7 +663,7 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
         if (by_cost < min_range) min_range = by_cost;
       }
     }
-    // (The executor builds the ranged entry only for a launch that may pass this: `_KernelExecutor._threading`.)
+    // (The executor builds the ranged entry only for a launch that may pass this: `KernelExecutor._threading`.)
     if (d->tasks >= 2 * min_range) {
       // Several items per thread: a helper the machine deschedules mid-item holds the caller for one item only.
       // A long race-free launch gets items of about kBalanceNs (more than 8 per thread), so that cores of unequal

@@ -14,30 +14,30 @@ from .._arg_spec import MAX_WARP_NDIM
 from .._signature import param_spec
 from .._values import Buffer, Param, Plan, Runs
 from ._fields import (
-    _MAX_BATCH_DIMS,
-    _MAX_SIZE,
-    _PLAN_FIELDS,
     ABI_VERSION,
+    MAX_BATCH_DIMS,
+    MAX_SIZE,
     MAX_TEXT,
+    PLAN_FIELDS,
     ContentError,
-    _aliases,
-    _binding,
-    _bool,
-    _buffers,
-    _indices,
-    _int,
-    _ints,
-    _invalid,
-    _keys,
-    _list,
-    _no_constant,
-    _no_duplicates,
-    _operand_batch,
-    _show,
-    _str,
+    check_keys,
+    invalid,
+    no_constant,
+    no_duplicates,
+    read_aliases,
+    read_binding,
+    read_bool,
+    read_buffers,
+    read_indices,
+    read_int,
+    read_ints,
+    read_list,
+    read_operand_batch,
+    read_str,
+    show,
 )
-from ._recheck import _check_binding, _check_plan
-from ._targets import _find_target, _target_params
+from ._recheck import check_binding, check_plan
+from ._targets import find_target, target_params
 
 
 class LocalName(NamedTuple):
@@ -60,14 +60,14 @@ def read_text(text: str) -> Plan | LocalName:
     doc = _parse(text)
     if "local" not in doc:
         return _plan_of(doc)
-    _keys(doc, ("abi", "local"), "the local description")
+    check_keys(doc, ("abi", "local"), "the local description")
     local = doc["local"]
-    _keys(local, ("handle", "name", "process", "why"), "local")
+    check_keys(local, ("handle", "name", "process", "why"), "local")
     return LocalName(
-        _str(local["process"], "local.process"),
-        _int(local["handle"], "local.handle", 0, 2**63 - 1),
-        _str(local["name"], "local.name"),
-        _str(local["why"], "local.why"),
+        read_str(local["process"], "local.process"),
+        read_int(local["handle"], "local.handle", 0, 2**63 - 1),
+        read_str(local["name"], "local.name"),
+        read_str(local["why"], "local.why"),
     )
 
 
@@ -97,18 +97,18 @@ def rebuild(text: str) -> Plan:
 def _parse(text: str) -> dict[str, Any]:
     """The JSON object of a description, its ABI checked."""
     if not isinstance(text, str):
-        _invalid(f"a plan description is text, got {type(text).__name__}")
+        invalid(f"a plan description is text, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
-        _invalid(f"the plan description is {len(text)} characters long, more than the {MAX_TEXT} jarp reads")
+        invalid(f"the plan description is {len(text)} characters long, more than the {MAX_TEXT} jarp reads")
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        doc = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
     except (ValueError, RecursionError) as e:
-        _invalid(f"the plan description is not JSON ({type(e).__name__}: {str(e)[:200]})")
+        invalid(f"the plan description is not JSON ({type(e).__name__}: {str(e)[:200]})")
     if not isinstance(doc, dict):
-        _invalid(f"the plan description is a JSON {type(doc).__name__}, not an object")
+        invalid(f"the plan description is a JSON {type(doc).__name__}, not an object")
     abi = doc.get("abi")
     if type(abi) is not int:
-        _invalid(f"field 'abi' must be an int, got {_show(abi)}")
+        invalid(f"field 'abi' must be an int, got {show(abi)}")
     if abi != ABI_VERSION:
         raise ContentError(
             "abi",
@@ -119,7 +119,7 @@ def _parse(text: str) -> dict[str, Any]:
 
 
 def _plan_of(doc: dict[str, Any]) -> Plan:
-    _keys(doc, _PLAN_FIELDS + (("partitioned",) if "partitioned" in doc else ()), "the plan")
+    check_keys(doc, PLAN_FIELDS + (("partitioned",) if "partitioned" in doc else ()), "the plan")
     return _Reader(doc).plan()
 
 
@@ -131,33 +131,31 @@ class _Reader:
 
     def plan(self) -> Plan:
         doc = self.doc
-        runs = {"kernel": Runs.KERNEL, "callable": Runs.CALLABLE}.get(_str(doc["runs"], "runs"))
+        runs = {"kernel": Runs.KERNEL, "callable": Runs.CALLABLE}.get(read_str(doc["runs"], "runs"))
         if runs is None:
-            _invalid(f"field 'runs' must be 'kernel' or 'callable', got {_show(doc['runs'])}")
-        adjoint = _bool(doc["adjoint"], "adjoint")
-        name = _str(doc["name"], "name")
+            invalid(f"field 'runs' must be 'kernel' or 'callable', got {show(doc['runs'])}")
+        adjoint = read_bool(doc["adjoint"], "adjoint")
+        name = read_str(doc["name"], "name")
         block_dim = doc["block_dim"]
         if block_dim is not None:
-            block_dim = _int(block_dim, "block_dim", 1, _launch_checks.MAX_BLOCK_DIM)
-        target = _find_target(runs, doc["target"], block_dim)
-        operands = _buffers(doc["operands"], "operands")
-        results = _buffers(doc["results"], "results")
+            block_dim = read_int(block_dim, "block_dim", 1, _launch_checks.MAX_BLOCK_DIM)
+        target = find_target(runs, doc["target"], block_dim)
+        operands = read_buffers(doc["operands"], "operands")
+        results = read_buffers(doc["results"], "results")
         n_ops, n_res = len(operands), len(results)
-        launch_dims = _ints(doc["launch_dims"], "launch_dims", 0, _MAX_SIZE, max_len=MAX_WARP_NDIM)
+        launch_dims = read_ints(doc["launch_dims"], "launch_dims", 0, MAX_SIZE, max_len=MAX_WARP_NDIM)
         if runs is Runs.KERNEL and not launch_dims:
-            _invalid("field 'launch_dims' of a kernel plan must have 1 to 4 dims, got []")
+            invalid("field 'launch_dims' of a kernel plan must have 1 to 4 dims, got []")
         if runs is Runs.CALLABLE and launch_dims:
-            _invalid(f"field 'launch_dims' of a callable plan must be [], got {list(launch_dims)}")
-        if math.prod(launch_dims) > _MAX_SIZE:
-            _invalid(f"field 'launch_dims' {list(launch_dims)} launches more than 2**63 - 1 threads")
-        batch_shape = _ints(doc["batch_shape"], "batch_shape", 0, _MAX_SIZE, max_len=_MAX_BATCH_DIMS)
-        operand_batch = _operand_batch(doc["operand_batch"], n_ops, len(batch_shape))
+            invalid(f"field 'launch_dims' of a callable plan must be [], got {list(launch_dims)}")
+        if math.prod(launch_dims) > MAX_SIZE:
+            invalid(f"field 'launch_dims' {list(launch_dims)} launches more than 2**63 - 1 threads")
+        batch_shape = read_ints(doc["batch_shape"], "batch_shape", 0, MAX_SIZE, max_len=MAX_BATCH_DIMS)
+        operand_batch = read_operand_batch(doc["operand_batch"], n_ops, len(batch_shape))
         for what, bufs in (("operands", operands), ("results", results)):
             for i, buf in enumerate(bufs):
-                if math.prod(batch_shape) * buf.nbytes > _MAX_SIZE:
-                    _invalid(
-                        f"field '{what}[{i}]' with batch shape {list(batch_shape)} holds more than 2**63 - 1 bytes"
-                    )
+                if math.prod(batch_shape) * buf.nbytes > MAX_SIZE:
+                    invalid(f"field '{what}[{i}]' with batch shape {list(batch_shape)} holds more than 2**63 - 1 bytes")
         params = self._params(runs, target, operands, results)
         plan = Plan(
             runs=runs,
@@ -167,21 +165,21 @@ class _Reader:
             launch_dims=launch_dims,
             operands=operands,
             results=results,
-            zero_results=_indices(doc["zero_results"], "zero_results", n_res, increasing=True),
-            aliases=_aliases(doc["aliases"], n_ops, n_res),
+            zero_results=read_indices(doc["zero_results"], "zero_results", n_res, increasing=True),
+            aliases=read_aliases(doc["aliases"], n_ops, n_res),
             batch_shape=batch_shape,
             operand_batch=operand_batch,
-            has_side_effect=_bool(doc["has_side_effect"], "has_side_effect"),
-            graph_compatible=_bool(doc["graph_compatible"], "graph_compatible"),
-            scalar_operands=_indices(doc["scalar_operands"], "scalar_operands", n_ops, increasing=True),
-            protected=_indices(doc["protected"], "protected", n_res, increasing=True),
+            has_side_effect=read_bool(doc["has_side_effect"], "has_side_effect"),
+            graph_compatible=read_bool(doc["graph_compatible"], "graph_compatible"),
+            scalar_operands=read_indices(doc["scalar_operands"], "scalar_operands", n_ops, increasing=True),
+            protected=read_indices(doc["protected"], "protected", n_res, increasing=True),
             name=name,
             block_dim=block_dim,
-            cpu_blocks=_bool(doc["cpu_blocks"], "cpu_blocks"),
-            bounds_checked=_bool(doc["bounds_checked"], "bounds_checked"),
+            cpu_blocks=read_bool(doc["cpu_blocks"], "cpu_blocks"),
+            bounds_checked=read_bool(doc["bounds_checked"], "bounds_checked"),
             partitioned=self._partitioned(batch_shape, operand_batch),
         )
-        _check_plan(plan)
+        check_plan(plan)
         # derived, not described: recomputed from the target found here, as `build_plan` computed them (an adjoint
         # plan keeps its forward plan's `shares_cpu_state`, which the forward race proof decides)
         code_hash = _writes.code_hash(target) if runs is Runs.KERNEL else None
@@ -203,36 +201,36 @@ class _Reader:
         if "partitioned" not in self.doc:
             return False
         if self.doc["partitioned"] is not True:
-            _invalid(f"field 'partitioned' must be true where present, got {_show(self.doc['partitioned'])}")
+            invalid(f"field 'partitioned' must be true where present, got {show(self.doc['partitioned'])}")
         if not batch_shape:
-            _invalid("field 'partitioned' needs batch dims (field 'batch_shape' is [])")
+            invalid("field 'partitioned' needs batch dims (field 'batch_shape' is [])")
         for i, flags in enumerate(operand_batch):
             if any(flags) and not all(flags):
-                _invalid(f"field 'operand_batch[{i}]' of a partitioned plan must carry every batch dim or none")
+                invalid(f"field 'operand_batch[{i}]' of a partitioned plan must carry every batch dim or none")
         return True
 
     def _params(
         self, runs: Runs, target: Any, operands: tuple[Buffer, ...], results: tuple[Buffer, ...]
     ) -> tuple[Param, ...]:
-        raw = _list(self.doc["params"], "params")
-        declared = _target_params(runs, target)
+        raw = read_list(self.doc["params"], "params")
+        declared = target_params(runs, target)
         if len(raw) != len(declared):
-            _invalid(f"field 'params' has {len(raw)} parameters, but the target has {len(declared)}")
+            invalid(f"field 'params' has {len(raw)} parameters, but the target has {len(declared)}")
         params = []
         for i, (item, (name, warp_type)) in enumerate(zip(raw, declared, strict=True)):
             where = f"params[{i}]"
-            _keys(item, ("adjoint", "in_out", "name", "primal"), where)
-            if _str(item["name"], f"{where}.name") != name:
-                _invalid(f"field '{where}.name' is {_show(item['name'])}, but the target's parameter {i} is {name!r}")
-            in_out = _bool(item["in_out"], f"{where}.in_out")
+            check_keys(item, ("adjoint", "in_out", "name", "primal"), where)
+            if read_str(item["name"], f"{where}.name") != name:
+                invalid(f"field '{where}.name' is {show(item['name'])}, but the target's parameter {i} is {name!r}")
+            in_out = read_bool(item["in_out"], f"{where}.in_out")
             try:
                 spec = param_spec(name, warp_type, in_out=in_out, what="jarp plan description")
             except TypeError as e:
-                _invalid(f"parameter {name!r} of the target has no argument spec ({e})")
+                invalid(f"parameter {name!r} of the target has no argument spec ({e})")
             if in_out and not spec.is_array:
-                _invalid(f"field '{where}.in_out' is true, but parameter {name!r} is a {spec.phrase()}")
-            primal = _binding(item["primal"], f"{where}.primal")
-            adjoint = _binding(item["adjoint"], f"{where}.adjoint")
-            _check_binding(spec, primal, adjoint, operands, results, where)
+                invalid(f"field '{where}.in_out' is true, but parameter {name!r} is a {spec.phrase()}")
+            primal = read_binding(item["primal"], f"{where}.primal")
+            adjoint = read_binding(item["adjoint"], f"{where}.adjoint")
+            check_binding(spec, primal, adjoint, operands, results, where)
             params.append(Param(spec, primal, adjoint))
         return tuple(params)

@@ -12,8 +12,8 @@ import warp as wp
 from ..._upstream import _warp_internals
 from .. import _runtime_scalars
 from .._values import Binding, Buffer, Plan, Runs
-from ._fields import _DTYPES, ABI_VERSION
-from ._targets import _hash_block_dim, _walk, code_hash
+from ._fields import ABI_VERSION, DTYPES
+from ._targets import code_hash, hash_block_dim, resolve_qualname
 
 
 def content_text(plan: Plan) -> str:
@@ -124,7 +124,7 @@ def _kernel_not_portable(plan: Plan) -> str | None:
         )
     if base.generic_parent is not None and base not in base.generic_parent.overloads.values():
         return f"kernel {base.key!r}: this overload is not registered with its generic kernel."
-    if _warp_internals.kernel_code_hash(base, _hash_block_dim(plan.block_dim)) is None:
+    if _warp_internals.kernel_code_hash(base, hash_block_dim(plan.block_dim)) is None:
         return f"kernel {base.key!r} is not among the live kernels of its Warp module {module!r}."
     return None
 
@@ -151,7 +151,7 @@ def _callable_not_portable(func: Any) -> str | None:
             f"jax_callable function {qualname!r} (module {func.__module__!r}) is a lambda or is defined inside "
             "another function, so another process cannot find it by name; define it at the top level of a module"
         )
-    if _walk(func.__module__, qualname) is not func:
+    if resolve_qualname(func.__module__, qualname) is not func:
         return (
             f"jax_callable function {qualname!r} is not the attribute {qualname!r} of its module "
             f"{func.__module__!r} (redefined, or renamed since), so another process cannot find it by name"
@@ -174,7 +174,7 @@ def _encode_target(plan: Plan) -> dict[str, Any]:
     if not isinstance(target, wp.Kernel):
         raise ValueError(f"{plan.name}: its target {target!r} is not a Warp kernel.")
     base, names, checked = _runtime_scalars.origin(target)
-    digest = _warp_internals.current_code_hash(base, _hash_block_dim(plan.block_dim))  # the code as it stands
+    digest = _warp_internals.current_code_hash(base, hash_block_dim(plan.block_dim))  # the code as it stands
     if digest is None:
         raise ValueError(_kernel_not_portable(plan) or f"kernel {base.key!r} has no code hash.")
     overload = None
@@ -204,7 +204,7 @@ def _encode_value(value: Any, where: str) -> Any:
     """A static value as JSON: null, bools, ints as they are; floats by their hex; tuples and NumPy scalars tagged."""
     if isinstance(value, np.generic):
         dtype = np.dtype(type(value))
-        if str(dtype) not in _DTYPES:
+        if str(dtype) not in DTYPES:
             raise ValueError(
                 f"parameter {where!r}: the static value {value!r} has dtype {dtype}, which jarp has no Warp type for."
             )

@@ -34,10 +34,10 @@ _MAX_ITEMS = 4096  # parameters, buffers, indices, ... in one list
 _MAX_STR = 4096
 
 
-_MAX_BATCH_DIMS = 32
+MAX_BATCH_DIMS = 32
 
 
-_MAX_SIZE = 2**63 - 1  # XLA sizes buffers with int64
+MAX_SIZE = 2**63 - 1  # XLA sizes buffers with int64
 
 
 _MAX_BUFFER_NDIM = MAX_WARP_NDIM + 2  # Warp dims and a matrix element's two
@@ -52,16 +52,16 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 _SOURCES = ("operand", "result", "static", "struct", "none")
 
 
-_DTYPES: dict[str, np.dtype] = {str(_dtypes.to_numpy(t)): _dtypes.to_numpy(t) for t in _dtypes.SCALAR_TYPES}
+DTYPES: dict[str, np.dtype] = {str(_dtypes.to_numpy(t)): _dtypes.to_numpy(t) for t in _dtypes.SCALAR_TYPES}
 
 
-_KERNEL_TARGET = ("checked", "hash", "key", "kind", "module", "overload", "python_module", "runtime")
+KERNEL_TARGET = ("checked", "hash", "key", "kind", "module", "overload", "python_module", "runtime")
 
 
-_CALLABLE_TARGET = ("hash", "kind", "module", "qualname")
+CALLABLE_TARGET = ("hash", "kind", "module", "qualname")
 
 
-_PLAN_FIELDS = (
+PLAN_FIELDS = (
     "abi",
     "adjoint",
     "aliases",
@@ -99,138 +99,140 @@ class ContentError(ValueError):
         self.reason = reason
 
 
-def _invalid(message: str) -> NoReturn:
+def invalid(message: str) -> NoReturn:
     raise ContentError("invalid", f"invalid jarp plan description: {message}.")
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         raise ValueError("duplicate key")
     return out
 
 
-def _no_constant(name: str) -> NoReturn:
+def no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _keys(value: Any, keys: Sequence[str], where: str) -> None:
+def check_keys(value: Any, keys: Sequence[str], where: str) -> None:
     if not isinstance(value, dict):
-        _invalid(f"field '{where}' must be an object, got {_show(value)}")
+        invalid(f"field '{where}' must be an object, got {show(value)}")
     if set(value) != set(keys):
         missing = sorted(set(keys) - set(value))
         extra = sorted(set(value) - set(keys))
-        _invalid(f"field '{where}' must have the keys {list(keys)} (missing {missing}, unknown {extra[:5]})")
+        invalid(f"field '{where}' must have the keys {list(keys)} (missing {missing}, unknown {extra[:5]})")
 
 
-def _bool(value: Any, where: str) -> bool:
+def read_bool(value: Any, where: str) -> bool:
     if type(value) is not bool:
-        _invalid(f"field '{where}' must be a bool, got {_show(value)}")
+        invalid(f"field '{where}' must be a bool, got {show(value)}")
     return value
 
 
-def _int(value: Any, where: str, lo: int, hi: int) -> int:
+def read_int(value: Any, where: str, lo: int, hi: int) -> int:
     if type(value) is not int:
-        _invalid(f"field '{where}' must be an int, got {_show(value)}")
+        invalid(f"field '{where}' must be an int, got {show(value)}")
     if not lo <= value <= hi:
-        _invalid(f"field '{where}' must be in [{lo}, {hi}], got {value}")
+        invalid(f"field '{where}' must be in [{lo}, {hi}], got {value}")
     return value
 
 
-def _str(value: Any, where: str) -> str:
+def read_str(value: Any, where: str) -> str:
     if type(value) is not str:
-        _invalid(f"field '{where}' must be a string, got {_show(value)}")
+        invalid(f"field '{where}' must be a string, got {show(value)}")
     if len(value) > _MAX_STR:
-        _invalid(f"field '{where}' is longer than {_MAX_STR} characters")
+        invalid(f"field '{where}' is longer than {_MAX_STR} characters")
     return value
 
 
-def _hash(value: Any, where: str) -> str:
+def read_hash(value: Any, where: str) -> str:
     if type(value) is not str or not _HASH.fullmatch(value):
-        _invalid(f"field '{where}' must be 64 lowercase hex digits, got {_show(value)}")
+        invalid(f"field '{where}' must be 64 lowercase hex digits, got {show(value)}")
     return value
 
 
-def _list(value: Any, where: str, max_len: int = _MAX_ITEMS) -> list[Any]:
+def read_list(value: Any, where: str, max_len: int = _MAX_ITEMS) -> list[Any]:
     if type(value) is not list:
-        _invalid(f"field '{where}' must be a list, got {_show(value)}")
+        invalid(f"field '{where}' must be a list, got {show(value)}")
     if len(value) > max_len:
-        _invalid(f"field '{where}' has {len(value)} items, more than {max_len}")
+        invalid(f"field '{where}' has {len(value)} items, more than {max_len}")
     return value
 
 
-def _ints(value: Any, where: str, lo: int, hi: int, max_len: int = _MAX_ITEMS) -> tuple[int, ...]:
-    return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(_list(value, where, max_len)))
+def read_ints(value: Any, where: str, lo: int, hi: int, max_len: int = _MAX_ITEMS) -> tuple[int, ...]:
+    return tuple(read_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(read_list(value, where, max_len)))
 
 
-def _indices(value: Any, where: str, n: int, increasing: bool = False) -> tuple[int, ...]:
-    out = _ints(value, where, 0, n - 1)
+def read_indices(value: Any, where: str, n: int, increasing: bool = False) -> tuple[int, ...]:
+    out = read_ints(value, where, 0, n - 1)
     if increasing and any(a >= b for a, b in itertools.pairwise(out)):
-        _invalid(f"field '{where}' must be strictly increasing, got {list(out)}")
+        invalid(f"field '{where}' must be strictly increasing, got {list(out)}")
     return out
 
 
-def _buffers(value: Any, where: str) -> tuple[Buffer, ...]:
+def read_buffers(value: Any, where: str) -> tuple[Buffer, ...]:
     out = []
-    for i, item in enumerate(_list(value, where)):
+    for i, item in enumerate(read_list(value, where)):
         here = f"{where}[{i}]"
-        _keys(item, ("dtype", "shape"), here)
-        dtype = _DTYPES.get(item["dtype"]) if type(item["dtype"]) is str else None
+        check_keys(item, ("dtype", "shape"), here)
+        dtype = DTYPES.get(item["dtype"]) if type(item["dtype"]) is str else None
         if dtype is None:
-            _invalid(f"field '{here}.dtype' must be one of {sorted(_DTYPES)}, got {_show(item['dtype'])}")
-        shape = _ints(item["shape"], f"{here}.shape", 0, _MAX_SIZE, max_len=_MAX_BUFFER_NDIM)
-        if math.prod(shape) * dtype.itemsize > _MAX_SIZE:
-            _invalid(f"field '{here}' {list(shape)} holds more than 2**63 - 1 bytes")
+            invalid(f"field '{here}.dtype' must be one of {sorted(DTYPES)}, got {show(item['dtype'])}")
+        shape = read_ints(item["shape"], f"{here}.shape", 0, MAX_SIZE, max_len=_MAX_BUFFER_NDIM)
+        if math.prod(shape) * dtype.itemsize > MAX_SIZE:
+            invalid(f"field '{here}' {list(shape)} holds more than 2**63 - 1 bytes")
         out.append(Buffer(shape, dtype))
     return tuple(out)
 
 
-def _operand_batch(value: Any, n_ops: int, n_batch: int) -> tuple[tuple[bool, ...], ...]:
-    rows = _list(value, "operand_batch")
+def read_operand_batch(value: Any, n_ops: int, n_batch: int) -> tuple[tuple[bool, ...], ...]:
+    rows = read_list(value, "operand_batch")
     if len(rows) != n_ops:
-        _invalid(f"field 'operand_batch' must have one entry per operand ({n_ops}), got {len(rows)}")
+        invalid(f"field 'operand_batch' must have one entry per operand ({n_ops}), got {len(rows)}")
     out = []
     for i, row in enumerate(rows):
-        flags = tuple(_bool(v, f"operand_batch[{i}][{j}]") for j, v in enumerate(_list(row, f"operand_batch[{i}]")))
+        flags = tuple(
+            read_bool(v, f"operand_batch[{i}][{j}]") for j, v in enumerate(read_list(row, f"operand_batch[{i}]"))
+        )
         if len(flags) != n_batch:
-            _invalid(f"field 'operand_batch[{i}]' must have one flag per batch dim ({n_batch}), got {len(flags)}")
+            invalid(f"field 'operand_batch[{i}]' must have one flag per batch dim ({n_batch}), got {len(flags)}")
         out.append(flags)
     return tuple(out)
 
 
-def _aliases(value: Any, n_ops: int, n_res: int) -> tuple[tuple[int, int], ...]:
+def read_aliases(value: Any, n_ops: int, n_res: int) -> tuple[tuple[int, int], ...]:
     out = []
-    for i, pair in enumerate(_list(value, "aliases")):
-        pair = _list(pair, f"aliases[{i}]")
+    for i, pair in enumerate(read_list(value, "aliases")):
+        pair = read_list(pair, f"aliases[{i}]")
         if len(pair) != 2:
-            _invalid(f"field 'aliases[{i}]' must be an [operand, result] pair, got {_show(pair)}")
-        op = _int(pair[0], f"aliases[{i}][0]", 0, n_ops - 1)
-        res = _int(pair[1], f"aliases[{i}][1]", 0, n_res - 1)
+            invalid(f"field 'aliases[{i}]' must be an [operand, result] pair, got {show(pair)}")
+        op = read_int(pair[0], f"aliases[{i}][0]", 0, n_ops - 1)
+        res = read_int(pair[1], f"aliases[{i}][1]", 0, n_res - 1)
         out.append((op, res))
     if len({op for op, _ in out}) != len(out) or len({res for _, res in out}) != len(out):
-        _invalid(f"field 'aliases' names an operand or a result twice: {[list(p) for p in out]}")
+        invalid(f"field 'aliases' names an operand or a result twice: {[list(p) for p in out]}")
     return tuple(out)
 
 
-def _binding(value: Any, where: str) -> Binding:
-    _keys(value, ("fields", "index", "source", "value"), where)
+def read_binding(value: Any, where: str) -> Binding:
+    check_keys(value, ("fields", "index", "source", "value"), where)
     source = value["source"]
     if type(source) is not str or source not in _SOURCES:
-        _invalid(f"field '{where}.source' must be one of {list(_SOURCES)}, got {_show(source)}")
-    index = _int(value["index"], f"{where}.index", -1, _MAX_ITEMS)
-    fields = _ints(value["fields"], f"{where}.fields", 0, _MAX_ITEMS)
+        invalid(f"field '{where}.source' must be one of {list(_SOURCES)}, got {show(source)}")
+    index = read_int(value["index"], f"{where}.index", -1, _MAX_ITEMS)
+    fields = read_ints(value["fields"], f"{where}.fields", 0, _MAX_ITEMS)
     return Binding(source, index, _decode_value(value["value"], f"{where}.value", 0), fields)
 
 
 def _decode_value(value: Any, where: str, depth: int) -> Any:
     if value is None or type(value) in (bool, int):
         if type(value) is int and not -(2**63) <= value < 2**64:
-            _invalid(f"field '{where}' {value} is outside the 64-bit integer range")
+            invalid(f"field '{where}' {value} is outside the 64-bit integer range")
         return value
     if type(value) is dict and set(value) == {"float"}:
         text = value["float"]
@@ -239,22 +241,22 @@ def _decode_value(value: Any, where: str, depth: int) -> Any:
                 raise ValueError
             return float.fromhex(text)
         except (ValueError, OverflowError):
-            _invalid(f"field '{where}.float' must be a float in hex (float.hex()), got {_show(text)}")
+            invalid(f"field '{where}.float' must be a float in hex (float.hex()), got {show(text)}")
     if type(value) is dict and set(value) == {"tuple"}:
         if depth >= _MAX_VALUE_DEPTH:
-            _invalid(f"field '{where}' nests tuples deeper than {_MAX_VALUE_DEPTH}")
-        items = _list(value["tuple"], f"{where}.tuple", max_len=256)
+            invalid(f"field '{where}' nests tuples deeper than {_MAX_VALUE_DEPTH}")
+        items = read_list(value["tuple"], f"{where}.tuple", max_len=256)
         return tuple(_decode_value(v, f"{where}.tuple[{i}]", depth + 1) for i, v in enumerate(items))
     if type(value) is dict and set(value) == {"numpy", "value"}:
-        dtype = _DTYPES.get(value["numpy"]) if type(value["numpy"]) is str else None
+        dtype = DTYPES.get(value["numpy"]) if type(value["numpy"]) is str else None
         if dtype is None:
-            _invalid(f"field '{where}.numpy' must be one of {sorted(_DTYPES)}, got {_show(value['numpy'])}")
+            invalid(f"field '{where}.numpy' must be one of {sorted(DTYPES)}, got {show(value['numpy'])}")
         item = _decode_value(value["value"], f"{where}.value", _MAX_VALUE_DEPTH)
         if not _fits(dtype, item):
-            _invalid(f"field '{where}.value' {_show(item)} is not a {dtype} value")
+            invalid(f"field '{where}.value' {show(item)} is not a {dtype} value")
         return dtype.type(item)
-    _invalid(
-        f"field '{where}' must be null, a bool, an int, or an object tagged float, tuple or numpy; got {_show(value)}"
+    invalid(
+        f"field '{where}' must be null, a bool, an int, or an object tagged float, tuple or numpy; got {show(value)}"
     )
 
 

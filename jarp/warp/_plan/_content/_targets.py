@@ -18,15 +18,26 @@ from ..._upstream import _warp_internals
 from .. import _annotations, _runtime_scalars
 from .._signature import param_spec
 from .._values import Runs
-from ._fields import _CALLABLE_TARGET, _KERNEL_TARGET, ContentError, _bool, _hash, _invalid, _keys, _list, _show, _str
+from ._fields import (
+    CALLABLE_TARGET,
+    KERNEL_TARGET,
+    ContentError,
+    check_keys,
+    invalid,
+    read_bool,
+    read_hash,
+    read_list,
+    read_str,
+    show,
+)
 
 
-def _hash_block_dim(block_dim: int | None) -> int:
+def hash_block_dim(block_dim: int | None) -> int:
     """The block dim whose module build the code hash is taken from (the CUDA one a launch uses)."""
     return _warp_internals.CUDA_BLOCK_DIM if block_dim is None else block_dim
 
 
-def _walk(module: str, qualname: str) -> Any:
+def resolve_qualname(module: str, qualname: str) -> Any:
     """``sys.modules[module]``'s attribute path ``qualname``, or None; nothing is imported."""
     obj = sys.modules.get(module)
     for part in qualname.split("."):
@@ -90,25 +101,25 @@ def _const_digest(value: Any) -> bytes:
     return h.digest()
 
 
-def _find_target(runs: Runs, raw: Any, block_dim: int | None) -> Any:
+def find_target(runs: Runs, raw: Any, block_dim: int | None) -> Any:
     if runs is Runs.CALLABLE:
-        _keys(raw, _CALLABLE_TARGET, "target")
+        check_keys(raw, CALLABLE_TARGET, "target")
         if raw["kind"] != "callable":
-            _invalid(f"field 'target.kind' of a callable plan must be 'callable', got {_show(raw['kind'])}")
+            invalid(f"field 'target.kind' of a callable plan must be 'callable', got {show(raw['kind'])}")
         return _find_callable(raw)
-    _keys(raw, _KERNEL_TARGET, "target")
+    check_keys(raw, KERNEL_TARGET, "target")
     if raw["kind"] != "kernel":
-        _invalid(f"field 'target.kind' of a kernel plan must be 'kernel', got {_show(raw['kind'])}")
+        invalid(f"field 'target.kind' of a kernel plan must be 'kernel', got {show(raw['kind'])}")
     return _find_kernel(raw, block_dim)
 
 
 def _find_callable(raw: dict[str, Any]) -> Any:
-    module = _str(raw["module"], "target.module")
-    qualname = _str(raw["qualname"], "target.qualname")
-    digest = _hash(raw["hash"], "target.hash")
+    module = read_str(raw["module"], "target.module")
+    qualname = read_str(raw["qualname"], "target.qualname")
+    digest = read_hash(raw["hash"], "target.hash")
     if "<locals>" in qualname or "<lambda>" in qualname:
-        _invalid(f"field 'target.qualname' {qualname!r} names a function that cannot be found by name")
-    func = _walk(module, qualname)
+        invalid(f"field 'target.qualname' {qualname!r} names a function that cannot be found by name")
+    func = resolve_qualname(module, qualname)
     if func is None:
         raise ContentError(
             "not_found",
@@ -116,7 +127,7 @@ def _find_callable(raw: dict[str, Any]) -> Any:
             f"process has not defined; import {module!r} before loading the program.",
         )
     if not isinstance(func, types.FunctionType):
-        _invalid(f"target {module}.{qualname} is a {type(func).__name__}, not a Python function")
+        invalid(f"target {module}.{qualname} is a {type(func).__name__}, not a Python function")
     if code_hash(func.__code__) != digest:
         raise ContentError(
             "changed",
@@ -128,15 +139,19 @@ def _find_callable(raw: dict[str, Any]) -> Any:
 
 
 def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
-    module = _str(raw["module"], "target.module")
-    python_module = _str(raw["python_module"], "target.python_module")
-    key = _str(raw["key"], "target.key")
-    digest = _hash(raw["hash"], "target.hash")
-    checked = _bool(raw["checked"], "target.checked")
-    names = tuple(_str(n, f"target.runtime[{i}]") for i, n in enumerate(_list(raw["runtime"], "target.runtime")))
+    module = read_str(raw["module"], "target.module")
+    python_module = read_str(raw["python_module"], "target.python_module")
+    key = read_str(raw["key"], "target.key")
+    digest = read_hash(raw["hash"], "target.hash")
+    checked = read_bool(raw["checked"], "target.checked")
+    names = tuple(
+        read_str(n, f"target.runtime[{i}]") for i, n in enumerate(read_list(raw["runtime"], "target.runtime"))
+    )
     overload = raw["overload"]
     if overload is not None:
-        overload = tuple(_str(t, f"target.overload[{i}]") for i, t in enumerate(_list(overload, "target.overload")))
+        overload = tuple(
+            read_str(t, f"target.overload[{i}]") for i, t in enumerate(read_list(overload, "target.overload"))
+        )
     kernel = _warp_internals.registered_kernel(module, key)
     if kernel is None:
         raise ContentError(
@@ -145,14 +160,14 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
             f"defined; import the Python module that defines it, {python_module!r}, before loading the program.",
         )
     if kernel.func.__module__ != python_module:
-        _invalid(
+        invalid(
             f"field 'target.python_module' is {python_module!r}, but kernel {key!r} is defined in "
             f"{kernel.func.__module__!r}"
         )
     what = f"Warp kernel {key!r} (Python module {python_module!r})"
     if overload is not None:
         if not kernel.is_generic:
-            _invalid(f"field 'target.overload' names argument types, but {what} is not generic")
+            invalid(f"field 'target.overload' names argument types, but {what} is not generic")
         found = [
             ovl
             for ovl in list(kernel.overloads.values())
@@ -167,8 +182,8 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
             )
         kernel = found[0]
     elif kernel.is_generic:
-        _invalid(f"{what} is generic, and field 'target.overload' names no argument types")
-    if _warp_internals.current_code_hash(kernel, _hash_block_dim(block_dim)) != digest:  # the code as it stands
+        invalid(f"{what} is generic, and field 'target.overload' names no argument types")
+    if _warp_internals.current_code_hash(kernel, hash_block_dim(block_dim)) != digest:  # the code as it stands
         raise ContentError(
             "changed",
             f"{what} has other code than the kernel the program was compiled with (its Warp code hash differs: "
@@ -180,10 +195,10 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         try:
             kernel = _runtime_scalars.variant(kernel, names)
         except (TypeError, ValueError, SyntaxError) as e:
-            _invalid(f"field 'target.runtime' {list(names)}: {what} has no such runtime variant ({e})")
+            invalid(f"field 'target.runtime' {list(names)}: {what} has no such runtime variant ({e})")
     if checked:
         if _warp_internals.kernel_mode(kernel) == "debug":
-            _invalid(f"field 'target.checked' is true, but {what} is built in debug mode already")
+            invalid(f"field 'target.checked' is true, but {what} is built in debug mode already")
         kernel = _runtime_scalars.bounds_checked(kernel)
     return kernel
 
@@ -191,29 +206,29 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
 def _check_runtime_names(kernel: wp.Kernel, names: tuple[str, ...], what: str) -> None:
     """Each name is a scalar parameter or a struct value field of ``kernel``, once."""
     if len(set(names)) != len(names):
-        _invalid(f"field 'target.runtime' names a value twice: {list(names)}")
+        invalid(f"field 'target.runtime' names a value twice: {list(names)}")
     params = dict(_warp_internals.kernel_params(kernel))
     for name in names:
         root, _, field = name.partition(".")
         warp_type = params.get(root)
         if warp_type is None:
-            _invalid(f"field 'target.runtime' names {name!r}, which is not a parameter of {what}")
+            invalid(f"field 'target.runtime' names {name!r}, which is not a parameter of {what}")
         try:
             spec = param_spec(root, warp_type)
         except TypeError as e:
-            _invalid(f"field 'target.runtime' names {name!r}, a parameter jarp cannot pass ({e})")
+            invalid(f"field 'target.runtime' names {name!r}, a parameter jarp cannot pass ({e})")
         if field:
             ok = spec.is_struct and any(leaf.name == name for leaf in spec.struct.values)
         else:
             ok = not spec.is_array and not spec.is_struct
         if not ok:
-            _invalid(f"field 'target.runtime' names {name!r}, which is not a scalar parameter or struct value field")
+            invalid(f"field 'target.runtime' names {name!r}, which is not a scalar parameter or struct value field")
 
 
-def _target_params(runs: Runs, target: Any) -> tuple[tuple[str, Any], ...]:
+def target_params(runs: Runs, target: Any) -> tuple[tuple[str, Any], ...]:
     if runs is Runs.KERNEL:
         return _warp_internals.kernel_params(target)
     try:
         return _annotations.function_params(target, "jarp plan description")
     except TypeError as e:
-        _invalid(f"the target's parameters cannot be read ({e})")
+        invalid(f"the target's parameters cannot be read ({e})")
