@@ -22,6 +22,7 @@ from ._bridge import UnsupportedWarpOptionError as UnsupportedWarpOptionError
 from ._bridge import WarpPatch as WarpPatch
 from ._bridge import patch_warp as patch_warp
 from ._bridge import unpatch_warp as unpatch_warp
+from ._caches import clear_caches as clear_caches
 from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
 from ._codegen import CudaLaunchCheck as CudaLaunchCheck
@@ -89,6 +90,7 @@ __all__ = [
     "WarpPatch",
     "check_cuda_launches",
     "checking_mode",
+    "clear_caches",
     "compile_aot",
     "cpu_linger_us",
     "cpu_private_bytes",

@@ -19,8 +19,8 @@ import numpy as np
 import warp as wp
 
 from ._ffi import _errors
+from ._plan import _cache_table
 from ._plan._static_keys import Static
-from ._upstream import _jax_internals
 
 
 def _thaw(value: Any) -> Any:
@@ -165,7 +165,7 @@ def _weak_impl(box: list[weakref.ref[Any]], *args: Any) -> Any:
 
 
 _executables = _Executables()
-_jax_internals.clear_with_jax(_executables, "jarp.warp eager executables")
+_cache_table.register(_executables, "jarp.warp eager executables")
 
 
 # The argument leaves an eager call may key its executable on: arrays, and values compared by value.

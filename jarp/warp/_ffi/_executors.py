@@ -22,8 +22,9 @@ from typing import Any
 
 import warp as wp
 
+from .._plan import _cache_table
 from .._plan._values import Plan, Runs
-from .._upstream import _jax_internals, _warp_internals, _xla_ffi
+from .._upstream import _warp_internals, _xla_ffi
 from . import _checking, _errors, _locks, _native
 from ._callable_executor import CallableExecutor
 from ._callable_executor import CallSite as CallSite
@@ -99,7 +100,7 @@ class _Unloads:
         _warp_internals.release_unloads()
 
 
-_jax_internals.clear_with_jax(_Unloads, "jarp.warp unloads of dropped Warp code")
+_cache_table.register(_Unloads, "jarp.warp unloads of dropped Warp code")
 
 
 @contextlib.contextmanager

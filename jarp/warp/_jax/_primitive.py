@@ -23,7 +23,7 @@ from jax.interpreters import ad, batching, mlir
 
 from .._ffi import _errors
 from .._ffi._registry import registry
-from .._plan import _launch_checks
+from .._plan import _cache_table, _launch_checks
 from .._plan._normalize import FOLD_METHODS
 from .._plan._values import Buffer, Plan, Runs
 from .._upstream import _jax_internals
@@ -120,6 +120,7 @@ def _result_aval(
 warp_call_p.def_effectful_abstract_eval(_abstract_eval)
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=4096)
 def _compiled(plan: Plan, config: CallConfig) -> Any:
     return jax.jit(lambda *ops: warp_call_p.bind(*ops, plan=plan, config=config))
@@ -133,8 +134,7 @@ def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
 
 warp_call_p.def_impl(_impl)
 # Plan-keyed caches hold plans (and so kernels); jax.clear_caches() clears them with JAX's own.
-_jax_internals.clear_with_jax(_compiled, "jarp.warp eager primitive executables")
-_jax_internals.clear_with_jax(registry, "jarp.warp plan registry")
+_cache_table.register(registry, "jarp.warp plan registry")
 _jax_internals.weak_cache_key_type(Plan)
 
 

@@ -56,7 +56,7 @@ from typing import Any
 import warp as wp
 
 from .._upstream import _warp_internals
-from . import _dtypes
+from . import _cache_table, _dtypes
 from ._arg_spec import ArgSpec, arg_spec, array_kind_error
 
 
@@ -148,6 +148,7 @@ class StructLayout:
         return tuple(leaf.spec for leaf in self.arrays if leaf.spec is not None)
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=256)
 def struct_layout(struct_type: Any, param_name: str) -> StructLayout:
     """Flatten a Warp struct type into the leaves jarp binds (cached per type and name).

@@ -28,6 +28,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import warp as wp
 
+from . import _cache_table
+
 _ATTR = "_jarp_caches"
 # Types whose instances keep their caches in their own __dict__ (which their equality ignores).
 _ATTRIBUTE_TYPES = (wp.Kernel, types.FunctionType, functools.partial)
@@ -50,10 +52,11 @@ def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
     """
     if isinstance(obj, _ATTRIBUTE_TYPES):
         # Warp copies a kernel's __dict__ into each overload it makes (shallowcopy), so the
-        # stored caches carry a weak reference to their owner and are replaced on a copy.
+        # stored caches carry a weak reference to their owner and are replaced on a copy;
+        # and the generation they were made in, so that `_WeakCaches.cache_clear` empties them all.
         entry = obj.__dict__.get(_ATTR)
-        if entry is None or entry[0]() is not obj:
-            entry = obj.__dict__[_ATTR] = (weakref.ref(obj), {})
+        if entry is None or entry[0]() is not obj or entry[2] != _generation[0]:
+            entry = obj.__dict__[_ATTR] = (weakref.ref(obj), {}, _generation[0])
         return entry[1].setdefault(name, {})
     store = _WEAK.setdefault(name, weakref.WeakKeyDictionary())
     try:
@@ -68,6 +71,21 @@ def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
 _WEAK: dict[str, weakref.WeakKeyDictionary[Any, dict[Hashable, Any]]] = {}
 _STRONG: OrderedDict[tuple[str, Any], dict[Hashable, Any]] = OrderedDict()
 _strong_lock = threading.Lock()
+_generation = [0]
+
+
+class _WeakCaches:
+    """All weak caches, as one entry of the cache table."""
+
+    @staticmethod
+    def cache_clear() -> None:
+        with _strong_lock:
+            _generation[0] += 1  # the caches kept on kernels and functions are dropped when next looked up
+            _WEAK.clear()
+            _STRONG.clear()
+
+
+_cache_table.register(_WeakCaches, "jarp.warp weak caches (per kernel and function)")
 
 
 def _strong(name: str, obj: Any) -> dict[Hashable, Any]:

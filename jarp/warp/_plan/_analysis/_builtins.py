@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 
+from .. import _cache_table
 from ._syntax import attribute_path, parse_module
 
 # Builtins that make concurrent launches of a kernel share state (`sharing_call`): tiles and block_dim (Warp's CPU
@@ -47,6 +48,7 @@ def racy_call(name: str) -> bool:
     )
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=1024)
 def called_names(source: str) -> tuple[tuple[str | None, int], ...] | None:
     """Every call in ``source``: ``(dotted name, line)``, the name None for a computed callee (``wp.static(f)(x)``).

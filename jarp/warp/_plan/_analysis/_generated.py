@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from ..._upstream._warp_internals import GeneratedFunction
+from .. import _cache_table
 from ._builtins import (
     ACCUMULATING_ATOMICS,
     DENSE_OUTPUTS,
@@ -100,6 +101,7 @@ def backward_written_params(
     return tuple(a for a in arrays if a in hit)
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=256)
 def backward_write_sites(
     functions: tuple[GeneratedFunction, ...], backward: tuple[GeneratedFunction, ...]
@@ -304,6 +306,7 @@ class Write(NamedTuple):
     via: str | None
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=256)
 def write_sites(functions: tuple[GeneratedFunction, ...]) -> tuple[Write, ...]:
     """Every write the kernel's generated code may make through its parameters' pointers, callees followed.

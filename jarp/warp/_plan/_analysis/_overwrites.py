@@ -15,6 +15,7 @@ import functools
 
 import warp as wp
 
+from .. import _cache_table
 from . import _generated, _names, _writes
 from ._syntax import index_names, parse_function, parse_module, store_targets, stored_array, tid_assignment
 
@@ -38,6 +39,7 @@ def overwritten_in_code(kernel: wp.Kernel, output_names: tuple[str, ...]) -> dic
     return {name: rank for name, rank in claims.items() if name in stored}
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=1024)
 def overwritten_outputs(source: str, output_names: tuple[str, ...]) -> dict[str, int]:
     """Map each output that the kernel provably overwrites at its thread index to the tid rank.
@@ -121,6 +123,7 @@ def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> i
     return uses
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=1024)
 def plainly_stored(source: str, names: tuple[str, ...]) -> tuple[str, ...]:
     """Which of ``names`` the kernel assigns with a plain store (``a[i] = ...``), not only accumulates into.

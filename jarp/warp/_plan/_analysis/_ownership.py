@@ -9,6 +9,7 @@ import functools
 from collections.abc import Iterable
 from typing import NamedTuple, NoReturn
 
+from .. import _cache_table
 from ._builtins import ACCUMULATING_ATOMICS, racy_call
 from ._syntax import (
     attribute_path,
@@ -40,6 +41,7 @@ class _Refused(Exception):
     """Ends the race analysis at the first construct it cannot prove safe (the message names it and its line)."""
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=1024)
 def race_free_blocker(
     source: str,

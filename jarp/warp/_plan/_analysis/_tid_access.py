@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import functools
 
+from .. import _cache_table
 from ._syntax import attribute_path, parse_function, tid_assignment, tid_derived
 
 
+@_cache_table.register_function
 @functools.lru_cache(maxsize=1024)
 def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, int], ...]:
     """The arrays the kernel indexes with its thread index, unguarded: ``(path, array dim, tid component)``.
