@@ -101,3 +101,39 @@ def store_into_a_volume(vol: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.arra
     i = wp.tid()
     wp.volume_store_f(vol, 0, 0, 0, 1.0)
     out[i] = 1.0
+
+
+@wp.func
+def ident(id: wp.uint64) -> wp.uint64:
+    return id
+
+
+@wp.kernel
+def store_an_id_a_function_returns(mesh: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.uint64)):
+    i = wp.tid()
+    out[i] = ident(mesh)
+
+
+@wp.kernel
+def read_velocities(mesh: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    m = wp.mesh_get(mesh)
+    out[i] = m.velocities[m.indices[0]] + wp.mesh_eval_velocity(mesh, 0, 0.3, 0.3)
+
+
+@wp.kernel
+def read_past_the_queries(mesh: wp.uint64, p: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = p[7][0]
+
+
+@wp.kernel
+def weighted_neighbours(
+    grid: wp.uint64, w: wp.array(dtype=float), q: wp.array(dtype=wp.vec3), r: float, c: wp.array(dtype=float)
+):
+    # the launch is inferred from `w`; the query point `q[i]` is read by every thread, before the loop
+    i = wp.tid()
+    n = wp.float32(0.0)  # a dynamic loop variable (Warp treats a literal as a constant)
+    for j in wp.hash_grid_query(grid, q[i], r):
+        n += w[j]
+    c[i] = n

@@ -146,8 +146,35 @@ def _check_constructor(value: str | None, name: str, what: str) -> None:
 
 
 def _check_leaf_size(value: int | None, name: str, what: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-        raise ValueError(f"jarp.warp.{what}: {name} must be a positive int (items per BVH leaf), got {value!r}.")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= _INT32_MAX
+    ):
+        raise ValueError(
+            f"jarp.warp.{what}: {name} must be a positive int below 2**31 (items per BVH leaf), got {value!r}."
+        )
+
+
+_INT32_MAX = 2**31 - 1  # Warp passes counts and sizes to its native code as C ints
+
+
+def _grid_dims(dims: Any) -> tuple[int, int, int]:
+    """A `HashGrid`'s ``dims`` as three positive ints whose product fits Warp's cell count (a C int)."""
+    values = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    ok = len(values) == 3 and all(
+        not isinstance(d, bool) and isinstance(d, (int, np.integer, float)) and float(d).is_integer() and d >= 1
+        for d in values
+    )
+    if not ok or int(np.prod([int(d) for d in values], dtype=object)) > _INT32_MAX:
+        raise ValueError(
+            f"jarp.warp.HashGrid: dims must be three positive ints (cells per axis) whose product is below 2**31, "
+            f"got {dims!r}."
+        )
+    return (int(values[0]), int(values[1]), int(values[2]))
+
+
+def _as_array(value: Any) -> Any:
+    """Lists and tuples of numbers as arrays (so that their shape and dtype are checked); anything else as it is."""
+    return jnp.asarray(value) if isinstance(value, (list, tuple)) else value
 
 
 # Warp's BVH construction algorithms (``wp.Bvh(constructor=...)``, ``wp.Mesh(bvh_constructor=...)``).
@@ -163,7 +190,12 @@ def _same_shapes(arrays: dict[str, wp.array], kept: dict[str, wp.array]) -> bool
 
 
 # One annotation object per index dtype: the launcher compares by value, and Warp's array annotations by identity.
-_INDEX_ARRAYS = {np.dtype(np.int32): wp.array(dtype=wp.int32), np.dtype(np.int64): wp.array(dtype=wp.int64)}
+_INDEX_ARRAYS = {
+    np.dtype(np.int32): wp.array(dtype=wp.int32),
+    np.dtype(np.int64): wp.array(dtype=wp.int64),
+    np.dtype(np.uint32): wp.array(dtype=wp.uint32),
+    np.dtype(np.uint64): wp.array(dtype=wp.uint64),
+}
 
 
 @wp.kernel
@@ -181,7 +213,7 @@ def _narrow_indices(
         dst[i] = wp.int32(v)
 
 
-for _dtype in (wp.int32, wp.int64):
+for _dtype in (wp.int32, wp.int64, wp.uint32, wp.uint64):
     wp.overload(_narrow_indices, {"src": wp.array(dtype=_dtype), "count": _dtype})
 
 
@@ -189,7 +221,7 @@ def _checked_indices(src: wp.array, num_points: int, into: wp.array | None, labe
     """The triangles as Warp's int32 indices, each checked to lie in ``[0, num_points)``.
 
     Args:
-        src: the call's index buffer (flat int32 or int64).
+        src: the call's index buffer (flat int32, int64, uint32 or uint64).
         num_points: the mesh's point count.
         into: where to write them (a built mesh's own indices), or None for a new array.
         label: how the error names the mesh.
@@ -215,9 +247,10 @@ def _checked_indices(src: wp.array, num_points: int, into: wp.array | None, labe
 class _BuiltMesh:
     """A ``wp.Mesh`` with the private copy of the indices it was built from (XLA's buffers last one call)."""
 
-    def __init__(self, mesh: wp.Mesh, indices: wp.array) -> None:
+    def __init__(self, mesh: wp.Mesh, indices: wp.array, velocities: wp.array) -> None:
         self.mesh = mesh
         self.indices = indices
+        self.velocities = velocities  # (zeros where the Mesh has none: kept alive with it)
         self.id = mesh.id
 
 
@@ -262,9 +295,9 @@ class Mesh(AbstractStructure):
     )
     _differentiable: ClassVar[tuple[str, ...]] = ("points", "velocities")
 
-    points: Float[Array, "num_points 3"]
-    indices: Int[Array, "num_faces 3"] | Int[Array, " num_indices"]
-    velocities: Float[Array, "num_points 3"] | None = None
+    points: Float[Array, "num_points 3"] = eqx.field(converter=_as_array)
+    indices: Int[Array, "num_faces 3"] | Int[Array, " num_indices"] = eqx.field(converter=_as_array)
+    velocities: Float[Array, "num_points 3"] | None = eqx.field(default=None, converter=_as_array)
     support_winding_number: bool = _static(False)
     bvh_constructor: str | None = _static(None)
     bvh_leaf_size: int | None = _static(None)
@@ -297,32 +330,44 @@ class Mesh(AbstractStructure):
         out = list(super().operands())
         k = next(k for k, (name, _, _) in enumerate(out) if name == "indices")
         indices = out[k][1]
-        # int64 indices (x64's default) go to the call as they are: the call checks them against the point count
-        # before it narrows them to Warp's int32, so 2**31 is refused rather than wrapped
+        # int64 indices (x64's default) and unsigned ones go to the call as they are: the call checks them against
+        # the point count before it narrows them to Warp's int32, so 2**31 is refused rather than wrapped
         out[k] = ("indices", indices, _INDEX_ARRAYS[np.dtype(indices.dtype)])
         return tuple(out)
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         if name == "indices":
+            # checked again at the call: a tree_map, tree_at or deserialisation builds no new Mesh
             value = jnp.asarray(value)
+            if not jnp.issubdtype(value.dtype, jnp.integer):
+                raise TypeError(f"jarp.warp.Mesh: indices must be integers (vertex indices), got {value.dtype}.")
             _one_structure(value, 2 if value.ndim >= 2 and value.shape[-1] == 3 else 1, "indices", "Mesh")
-            dtype = jnp.int64 if np.dtype(value.dtype).itemsize == 8 else jnp.int32
-            return value.reshape(-1).astype(dtype)
+            if value.size % 3:
+                raise ValueError(f"jarp.warp.Mesh: indices must come three per triangle, got {value.size} in all.")
+            # 32- and 64-bit indices go as they are, checked in their own type before they are narrowed to Warp's
+            # int32 (2**31 and above are refused, not wrapped); smaller ones are widened
+            keep = np.dtype(value.dtype) in _INDEX_ARRAYS
+            return value.reshape(-1) if keep else value.reshape(-1).astype(jnp.int32)
         return _float32_rows(value, name, "Mesh")
 
     @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltMesh:
         points = arrays["points"]
         indices = _checked_indices(arrays["indices"], points.shape[0], None, recipe.label)
+        # Without velocities Warp's mesh holds a null array, which a kernel reading wp.mesh_get(id).velocities[i]
+        # would dereference; zeros read as Warp's wp.mesh_eval_velocity answers for such a mesh
+        velocities = arrays.get("velocities")
+        if velocities is None:
+            velocities = wp.zeros(points.shape[0], dtype=wp.vec3, device=points.device)
         mesh = wp.Mesh(
             points=arrays["points"],
             indices=indices,
-            velocities=arrays.get("velocities"),
+            velocities=velocities,
             support_winding_number=recipe.option("support_winding_number"),
             bvh_constructor=recipe.option("bvh_constructor"),
             bvh_leaf_size=recipe.option("bvh_leaf_size"),
         )
-        return _BuiltMesh(mesh, indices)
+        return _BuiltMesh(mesh, indices, velocities)
 
     @classmethod
     def update(cls, recipe: Recipe, built: _BuiltMesh, arrays: dict[str, wp.array]) -> bool:
@@ -379,8 +424,8 @@ class Bvh(AbstractStructure):
     )
     _differentiable: ClassVar[tuple[str, ...]] = ()
 
-    lowers: Float[Array, "num_items 3"]
-    uppers: Float[Array, "num_items 3"]
+    lowers: Float[Array, "num_items 3"] = eqx.field(converter=_as_array)
+    uppers: Float[Array, "num_items 3"] = eqx.field(converter=_as_array)
     constructor: str | None = _static(None)
     leaf_size: int = _static(1)
 
@@ -442,9 +487,9 @@ class HashGrid(AbstractStructure):
     _array_fields: ClassVar[tuple[tuple[str, Any], ...]] = (("points", None),)
     _differentiable: ClassVar[tuple[str, ...]] = ()
 
-    points: Float[Array, "num_points 3"]
+    points: Float[Array, "num_points 3"] = eqx.field(converter=_as_array)
     radius: float = eqx.field(static=True, converter=float)
-    dims: tuple[int, int, int] = eqx.field(static=True, default=(128, 128, 128), converter=lambda d: tuple(map(int, d)))
+    dims: tuple[int, int, int] = eqx.field(static=True, default=(128, 128, 128), converter=_grid_dims)
 
     def __check_init__(self) -> None:
         _check_rows("HashGrid", points=self.points)
@@ -504,7 +549,7 @@ class Volume(AbstractStructure):
     _differentiable: ClassVar[tuple[str, ...]] = ("values",)
     reusable: ClassVar[bool] = False
 
-    values: Float[Array, "nx ny nz"]
+    values: Float[Array, "nx ny nz"] = eqx.field(converter=_as_array)
     voxel_size: float = eqx.field(static=True, default=1.0, converter=float)
     origin: tuple[float, float, float] = eqx.field(
         static=True, default=(0.0, 0.0, 0.0), converter=lambda o: tuple(map(float, o))
@@ -517,8 +562,8 @@ class Volume(AbstractStructure):
             raise ValueError(f"jarp.warp.Volume: values must have shape (nx, ny, nz), got {shape}.")
         if not (self.voxel_size > 0 and np.isfinite(self.voxel_size)):
             raise ValueError(f"jarp.warp.Volume: voxel_size must be positive and finite, got {self.voxel_size}.")
-        if len(self.origin) != 3:
-            raise ValueError(f"jarp.warp.Volume: origin must be three numbers (x, y, z), got {self.origin}.")
+        if len(self.origin) != 3 or not all(np.isfinite(self.origin)):
+            raise ValueError(f"jarp.warp.Volume: origin must be three finite numbers (x, y, z), got {self.origin}.")
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         value = jnp.asarray(value)

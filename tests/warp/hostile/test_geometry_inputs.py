@@ -273,6 +273,13 @@ def test_a_float32_hash_grid_gives_a_float64_query_the_right_counts() -> None:
         (lambda: mesh(bvh_constructor="quick"), r"bvh_constructor must be one of"),
         (lambda: HashGrid(points=jnp.zeros((3, 2)), radius=1.0), r"points must have shape \(n, 3\)"),
         (lambda: HashGrid(points=jnp.zeros((3, 3)), radius=float("nan")), r"radius must be positive"),
+        (lambda: HashGrid(points=jnp.zeros((3, 3)), radius=1.0, dims=(2.7, 2, 2)), r"dims must be three positive"),
+        (lambda: HashGrid(points=jnp.zeros((3, 3)), radius=1.0, dims=(True, 2, 2)), r"dims must be three positive"),
+        (lambda: HashGrid(points=jnp.zeros((3, 3)), radius=1.0, dims=(65536, 65536, 1)), r"product is below 2\*\*31"),
+        (lambda: Bvh(lowers=jnp.zeros((3, 3)), uppers=jnp.ones((3, 3)), leaf_size=2**31), r"below 2\*\*31"),
+        (lambda: mesh(bvh_leaf_size=2**32), r"bvh_leaf_size must be a positive int below 2\*\*31"),
+        (lambda: Volume(values=jnp.ones((2, 2, 2)), origin=(0.0, float("nan"), 0.0)), r"origin must be three finite"),
+        (lambda: Mesh(points=POINTS.tolist(), indices=[[0.0, 1.2, 3.7]]), r"indices must be integers"),
     ],
 )
 def test_bad_static_options_and_shapes_are_refused_at_construction(build: object, message: str) -> None:
@@ -331,3 +338,69 @@ def test_the_index_check_compiles_for_cuda() -> None:
     paths = compile_aot(_structures, arch=90)
     assert sorted(paths) == [90]
     assert all(p.exists() for p in paths.values())
+
+
+def test_bounds_check_with_a_structure_is_refused_rather_than_a_trap() -> None:
+    # Warp's checked build traps on an out-of-bounds index; launched through wp.launch that killed the process
+    proc = run_child(
+        """
+        call = jax_kernel(kgi.read_past_the_queries, bounds_check=True, launch_dims=(4,), output_dims={"out": (4,)})
+        try:
+            call(Mesh(points=POINTS, indices=FACES), QUERIES[:4])
+        except ValueError as e:
+            print("refused:", e)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bounds_check=True is not available for a call given Warp structures" in proc.stdout
+
+
+def test_an_id_a_function_returns_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"uses the id of the jarp.warp.Mesh given for 'mesh'"):
+        jax_kernel(kgi.store_an_id_a_function_returns)(mesh(), QUERIES)
+
+
+def test_velocities_of_a_mesh_built_without_them_read_as_zeros() -> None:
+    # before, Warp's mesh held a null velocities array and the read crashed the process
+    proc = run_child(
+        """
+        (v,) = jax_kernel(kgi.read_velocities)(Mesh(points=POINTS, indices=FACES), QUERIES)
+        print("values:", np.abs(np.asarray(v)).max())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "values: 0.0" in proc.stdout
+
+
+def test_a_hash_grid_loop_over_a_launch_longer_than_its_query_points_is_refused() -> None:
+    # the query point is read by every thread before the loop: the launch check sees it (it used to give up on any
+    # loop whose header reads the thread index, and the launch read past `q`)
+    proc = run_child(
+        """
+        from jarp.warp import HashGrid
+        x = jnp.asarray(QUERIES)
+        try:
+            jax_kernel(kgi.weighted_neighbours)(HashGrid(points=x, radius=0.3, dims=(4, 4, 4)), jnp.ones(100), x, 0.3)
+        except ValueError as e:
+            print("refused:", e)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "indexes q with wp.tid() on every thread" in proc.stdout
+
+
+def test_indices_turned_to_floats_after_construction_are_refused_at_the_call() -> None:
+    m = jax.tree.map(lambda a: a.astype(jnp.float16), mesh())  # a tree_map builds no new Mesh: no __check_init__
+    with pytest.raises(TypeError, match=r"indices must be integers"):
+        jax_kernel(kgi.closest_face)(m, QUERIES)
+
+
+def test_lists_are_taken_as_arrays() -> None:
+    (face,) = jax_kernel(kgi.closest_face)(Mesh(points=POINTS.tolist(), indices=FACES.tolist()), QUERIES)
+    np.testing.assert_array_equal(face, np_closest_faces(POINTS, FACES, QUERIES))
+
+
+def test_unsigned_indices_of_two_to_the_31_are_refused_with_their_value() -> None:
+    faces = jnp.asarray(FACES.astype(np.uint32)).at[0, 1].set(2**31 + 5)
+    with pytest.raises(Exception, match=r"refers to vertex 2147483653"):
+        jax_kernel(kgi.closest_face)(mesh(faces), QUERIES)[0].block_until_ready()

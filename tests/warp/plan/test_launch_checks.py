@@ -51,7 +51,11 @@ def _source(body: str) -> str:
         ("i, j = wp.tid()\nout[j] = a[i, j]\n", (("out", 0, 1), ("a", 0, 0), ("a", 1, 1))),
         ("i = wp.tid()\nif i < 3:\n    out[i] = a[i]\n", ()),  # guarded: a thread may skip the access
         ("i = wp.tid()\nif i >= 3:\n    return\nout[i] = a[i]\n", ()),  # an early return
-        ("i = wp.tid()\nout[i] = a[i] if i < 3 else 0.0\n", ()),
+        # every thread stores out[i]; only the read of a[i] is in a branch a thread may skip
+        ("i = wp.tid()\nout[i] = a[i] if i < 3 else 0.0\n", (("out", 0, 0),)),
+        # a loop whose header reads the thread index: what comes before it every thread reaches, its body not
+        ("i = wp.tid()\nx = a[i]\nfor k in range(i):\n    out[i] = x\n", (("a", 0, 0),)),
+        ("i = wp.tid()\nfor k in range(3):\n    if i < k:\n        continue\n    out[i] = a[i]\n", ()),
         ("i = wp.tid()\ni = i + 1\nout[i] = a[i]\n", ()),  # reassigned
         ("i = wp.tid()\nout[i + 1] = a[0]\n", ()),  # not the thread index itself
         ("out[0] = a[0]\n", ()),  # no thread index

@@ -510,6 +510,7 @@ class _Sites:
         lhs = _LHS.match(text)
         flows: set[str] = set()  # what the statement's value may point into, as a pointer handed on
         results: set[str] = set()  # ...as a load's or a function's result (a value where a value is meant)
+        handed_back: set[str] = set()  # ...as a function's result: a structure's id a function returns
         for match in _TOKEN.finditer(text):
             name = match.group(0)
             if (lhs is not None and match.start() == lhs.start(2)) or name not in points:
@@ -533,6 +534,7 @@ class _Sites:
                     rest = _rest(returned, head)
                     if rest is not None:
                         results.update(p + suffix + rest for p in paths)
+                        handed_back.update(p + suffix + rest for p in paths)
         if lhs is None:
             if text.startswith("return "):
                 returns.update(flows | results)
@@ -546,7 +548,13 @@ class _Sites:
             member = "".join("." + m.group(1) for m in _MEMBER_STEP.finditer(chain))
             writes.update(Write(p + member, "store", None) for p in points.get(target, ()))
             writes.update(Write(p, "a pointer stored into memory", None) for p in flows | results)
-        elif chain or _holds_pointer(types.get(target)) or _STRUCTURE_ID.match(lhs.group(4)):
+        elif (
+            chain
+            or _holds_pointer(types.get(target))
+            or _STRUCTURE_ID.match(lhs.group(4))
+            or (handed_back and types.get(target) == "uint64")
+        ):
+            # (a ``uint64`` a function returns may be the id it was given: ``def ident(id): return id``)
             # a local (or a field of a local struct, ``var_1.arr = var_c``: the copy now holds it) that may hold it
             if flows | results:
                 points.setdefault(target, set()).update(flows | results)

@@ -17,9 +17,10 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
 
     ``path`` is a parameter in ``roots`` (``"x"``) or a struct parameter's array field (``"mesh.cells"``). An
     access ``a[i]`` or ``a[i, j]`` with ``i, j = wp.tid()`` counts when nothing can keep a thread from reaching
-    it: the body has no ``return`` and no condition (``if``, ``while``, a conditional expression, ``assert``)
-    reads a thread index, and the thread indices, all named differently, are assigned once, at the top of the
-    body. Every thread then accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along
+    it: the body has no ``return``, the access is in no branch of a condition (``if``, ``while``, a conditional
+    expression) and no loop body whose header reads a thread index (an ``assert`` or a ``break``/``continue`` under
+    such a condition leaves nothing proven), and the thread indices, all named differently, are assigned once, at
+    the top of the body. Every thread then accesses ``a`` at its own index, so ``a`` must be at least as long as the launch along
     that dim.
 
     Returns:
@@ -35,19 +36,34 @@ def tid_indexed(source: str, roots: tuple[str, ...]) -> tuple[tuple[str, int, in
     if len(stores) != len(tid_names):
         return ()  # a thread index reassigned (or a loop variable of the same name): not provable
     derived = tid_derived(fn, tid_names)
+
+    def reads_tid(*tests: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in derived for t in tests for n in ast.walk(t))
+
+    # What a thread may not reach: the branches of a condition, and the body of a loop, that read a thread index
+    # (``if i < n``, ``ok = i < n`` then ``if ok``, ``for k in range(n - i)``, a hash-grid query at ``x[i]``). The
+    # condition or loop header itself, and the code before and after, every thread runs.
+    guarded: set[int] = set()
     for node in ast.walk(fn):
-        tests = []
-        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            tests.append(node.test)
-        elif isinstance(node, ast.comprehension):
-            tests.extend(node.ifs)
-        elif isinstance(node, ast.For):
-            tests.append(node.iter)  # ``for k in range(n - i)``: a loop a thread may skip
-        if any(isinstance(n, ast.Name) and n.id in derived for t in tests for n in ast.walk(t)):
-            return ()  # a thread may be kept from its access (``if i < n``, ``ok = i < n`` then ``if ok``)
+        if isinstance(node, ast.Assert) and reads_tid(node.test):
+            return ()  # a failed assert stops the thread: what follows may not be reached
+        if isinstance(node, ast.comprehension) and reads_tid(*node.ifs):
+            return ()
+        if isinstance(node, (ast.If, ast.While)) and reads_tid(node.test):
+            parts = [*node.body, *node.orelse]
+        elif isinstance(node, ast.IfExp) and reads_tid(node.test):
+            parts = [node.body, node.orelse]
+        elif isinstance(node, ast.For) and reads_tid(node.iter):
+            parts = [*node.body, *node.orelse]
+        else:
+            continue
+        for sub in (n for part in parts for n in ast.walk(part)):
+            if isinstance(sub, (ast.Break, ast.Continue)):
+                return ()  # it may skip the rest of an enclosing loop too
+            guarded.add(id(sub))
     found: list[tuple[str, int, int]] = []
     for node in ast.walk(fn):
-        if not isinstance(node, ast.Subscript):
+        if not isinstance(node, ast.Subscript) or id(node) in guarded:
             continue
         base = node.value
         path = (base.id,) if isinstance(base, ast.Name) else attribute_path(base)
