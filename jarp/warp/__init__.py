@@ -5,16 +5,17 @@ The files at this level are what users touch: the modules (`_kernel`, `_callable
 (`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (the `_geometry`
 package: the structures, their call, their builds inside the call), plan listing (`_inspect`) and
 generated source / ahead-of-time builds (`_codegen`), and the switch that points Warp's own bridge entry points at
-jarp's (`_bridge`). A call then flows down through the stages, one subpackage each, and no stage imports a higher
-one (`tests/warp/test_layout.py` checks it):
+jarp's (`_bridge`). A call goes through the stages, one subpackage each: the plan is built (`_plan`), carried by
+jarp's primitive and lowered (`_jax`), and run inside the custom call (`_ffi`). The stages are listed lowest first;
+a stage imports only itself and the stages listed above it (`tests/warp/test_layout.py` checks it):
 
+- `_upstream`: every private Warp, JAX and XLA name, and nothing of jarp;
 - `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`), and its
   content text for compiled programs (`_plan/_content/`);
-- `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`),
-  reverse mode (`_jax/_adjoint.py`) and the modules' ``jvp=``/``vjp=`` rules (`_jax/_user_rules.py`);
 - `_ffi`: what runs inside the custom call: the target and its callback (`_ffi/_target.py`), frame checks,
   executors, the native handler, the plan registry;
-- `_upstream`: every private Warp, JAX and XLA name, and nothing of jarp.
+- `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`),
+  reverse mode (`_jax/_adjoint.py`) and the modules' ``jvp=``/``vjp=`` rules (`_jax/_user_rules.py`).
 """
 
 from . import types as types

@@ -101,7 +101,7 @@ def value_callable(func: Any) -> Any:
 
     Returns:
         A `_ValuePartial`, a `_ValueFunction`, or ``func`` itself (also when a captured value is unhashable: it
-        then compares by identity, and a rebuild warns, see `_warn_if_rebuilt_closure`).
+        then compares by identity, and a rebuild warns, see `warn_if_rebuilt_closure`).
     """
     if isinstance(func, functools.partial) and not isinstance(func, _ValuePartial):
         return _ValuePartial(func.func, *func.args, **func.keywords)

@@ -15,6 +15,7 @@
 - `_user_callback`: `register_ffi_callback`, user functions as FFI targets.
 - `_errors`: exceptions as XLA FFI errors, and recovering them at the call site.
 
-Receives: call frames from XLA and plans by handle. Hands on: launches of Warp's compiled code. Never
+Receives: plans from the JAX stage's lowering, and call frames from XLA that name their plan by content (resolved
+to a handle once per loaded executable). Hands on: launches of Warp's compiled code. Never
 imports: the JAX stage or the public modules (it reads plan values from the plan stage).
 """

@@ -1,12 +1,13 @@
 """The process-local registry of live plans: ``plan <-> handle``, descriptions, and the leases that keep a plan.
 
 A compiled jarp call names its plan by content: a description (`jarp.warp._plan._content`) that means the
-same in every process. The JAX stage's lowering asks for a plan's description (`description`), which the
+same in every process. The JAX stage's lowering asks for a plan's description (`content_text`), which the
 registry remembers, and attaches a lease to the executable it lowers (in this process only: an exported
 program carries nothing process-local). XLA's instantiate stage, once per loaded executable, hands the
 description back (`resolve`): the plan is found (or, in a process that never traced it, rebuilt) and
-leased for as long as XLA keeps that executable's state. Handles are this process's own and never leave
-it. It lives in the FFI stage because the custom call is where descriptions are resolved; it imports the
+leased for as long as XLA keeps that executable's state. Handles are this process's own: only the
+description of a lambda's or closure's call names one, with this process's token, so another process
+refuses it. It lives in the FFI stage because the custom call is where descriptions are resolved; it imports the
 plan stage and nothing above it.
 """
 

@@ -2,11 +2,15 @@
 
 A plan is a hashable value (a kernel overload plus static configuration and the
 shapes of its buffers). JAX carries it as the parameter of jarp's primitive; at
-lowering time it is interned in the registry, and only its integer handle is
-baked into the compiled call as an attribute. The FFI callback reads that handle
-and finds the plan again, so nothing per trace is stored anywhere: two traces of
-the same call share one plan, and the registry grows only with genuinely new
-configurations.
+lowering time it is interned in the registry, and the compiled call names it by
+content: its ``desc`` attribute is the plan's content text (`_content`), which
+means the same in every process. XLA's instantiate stage resolves that text to the
+registered plan (or rebuilds the plan in a process that never traced it) once per
+loaded executable, and the FFI handler finds it through the call's state. Handles
+are the registry's own and never leave the process (only the text of a lambda's
+or closure's call, which no other process can resolve, names one). So nothing per
+trace is stored anywhere: two traces of the same call share one plan, and the
+registry grows only with genuinely new configurations.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ class Plan:
         name: a human-readable name for errors and inspection.
         block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
             the CPU); each device loads the module variant built for it (see
-            ``_internals.resolve_block_dim``). Ignored for callables.
+            ``_warp_internals.resolve_block_dim``). Ignored for callables.
         cpu_blocks: ``wp.config.enable_cpu_blocks`` when the call was traced. It decides the
             CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
             (and a new executor) instead of reusing one loaded under the old setting.
