@@ -199,6 +199,7 @@ class JaxCallable(AbstractWarpModule):
         if len(args) != sig.num_inputs:
             names = ", ".join(p.name for p in sig.inputs) or "none"
             raise TypeError(f"{what} takes {sig.num_inputs} input(s) ({names}), got {len(args)}.")
+        _geometry.check_places(params, args, what, kernel=False)
         dims = self._output_dims(options, what)
         if dims is None and sig.outputs:
             # the default stays the first array input's Warp shape among the caller's arguments, not a structure's

@@ -111,7 +111,8 @@ def launch(
 ) -> tuple[jax.Array, ...]:
     """Run a module call given structures: the structures' arrays become operands of a callable whose function (a
     `Launcher`) builds them inside the call and runs the target. What both module kinds share, after each has
-    resolved its target (a kernel also bound and checked its launch).
+    resolved its target and checked where the structures go (`check_places`; a kernel also bound and checked its
+    launch).
 
     Args:
         make_callable: makes the inner callable from the launcher and ``options`` (`_callable.structure_callable`).
@@ -127,7 +128,6 @@ def launch(
     Returns:
         The call's outputs.
     """
-    check_places(params, args, what, kernel=launch is not None)
     if drops is not None:
         names = tuple(name for name, _ in params[: len(args)])
         args = guard_gradients(args, names, drops, what)

@@ -495,8 +495,6 @@ class HashGrid(AbstractStructure):
         _check_rows("HashGrid", points=self.points)
         if not self.radius > 0:
             raise ValueError(f"jarp.warp.HashGrid: radius must be positive, got {self.radius}.")
-        if len(self.dims) != 3 or min(self.dims) < 1:
-            raise ValueError(f"jarp.warp.HashGrid: dims must be three positive ints, got {self.dims}.")
 
     def operands(self) -> tuple[tuple[str, Any, Any], ...]:
         points = jnp.asarray(self.points)
