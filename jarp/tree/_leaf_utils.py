@@ -28,7 +28,7 @@ def same_object(a: Any, b: Any) -> bool:
         return False
 
 
-def check_same_structure(fn_name: str, names: Sequence[str], trees: Sequence[Any]) -> jtu.PyTreeDef:
+def check_same_structure(fn_name: str, names: Sequence[str], trees: Sequence[Any]) -> jtu.PyTreeDef:  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs: its types are unknown
     """Raise a `ValueError` naming the offending argument if the pytree structures differ."""
     reference = jax.tree.structure(trees[0])
     for name, tree in zip(names[1:], trees[1:], strict=True):
@@ -64,7 +64,7 @@ def flat_map_leaves(
     names: Sequence[str],
     trees: Sequence[Any],
     passthrough: Callable[[Any], Any],
-) -> tuple[jtu.PyTreeDef, list[Any]]:
+) -> tuple[jtu.PyTreeDef, list[Any]]:  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs: its types are unknown
     """Like `map_leaves`, but return the treedef and the flat results; non-array leaves become `passthrough(leaf)`."""
     treedef = check_same_structure(fn_name, names, trees)
     paths_and_leaves, _ = jtu.tree_flatten_with_path(trees[0])

@@ -4,6 +4,7 @@ import operator
 from typing import Any, TypeVar
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import equinox as eqx
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.custom_batching
 
 _P = ParamSpec("_P")
@@ -83,7 +84,8 @@ def sequential_vmap_with_vjp(func: Callable[_P, _R]) -> Callable[_P, _R]:
 
         def call(dynamic: Any) -> _R:
             call_args, call_kwargs = eqx.combine(dynamic, static)
-            return func(*call_args, **call_kwargs)
+            # the arguments `wrapper` took, rebuilt: untyped, so not `_P`'s to a type checker
+            return cast("Callable[..., _R]", func)(*call_args, **call_kwargs)
 
         # Trace once, and turn values that `func` closes over but that belong to an enclosing
         # transformation (vmap, grad, jit tracers) into explicit operands: the custom rules below can

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.tree_util as jtu
 
 _P = ParamSpec("_P")

@@ -24,7 +24,7 @@ def jit(
     donate_argnums: int | Sequence[int] | None = None,
     donate_argnames: str | Iterable[str] | None = None,
     keep_unused: bool = False,
-    device: jax.Device | None = None,
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
@@ -42,7 +42,7 @@ def jit(
     donate_argnums: int | Sequence[int] | None = None,
     donate_argnames: str | Iterable[str] | None = None,
     keep_unused: bool = False,
-    device: jax.Device | None = None,
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
@@ -59,7 +59,7 @@ def jit(
     donate_argnums: int | Sequence[int] | None = None,
     donate_argnames: str | Iterable[str] | None = None,
     keep_unused: bool = False,
-    device: jax.Device | None = None,
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,

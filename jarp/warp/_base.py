@@ -15,11 +15,17 @@ import abc
 import dataclasses
 import gc
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
 import warp as wp
+
+if TYPE_CHECKING:
+    # as Equinox's documentation advises: type checkers know ClassVar, not Equinox's runtime marker
+    from typing import ClassVar as AbstractClassVar
+else:
+    from equinox import AbstractClassVar
 
 from . import _eager, _geometry
 from ._ffi._registry import registry
@@ -56,11 +62,11 @@ class AbstractWarpModule(eqx.Module):
     vjp: eqx.AbstractVar[Callable[..., Any] | None]
 
     # The factory's name, for messages ("jax_kernel()").
-    _what: eqx.AbstractClassVar[str]
+    _what: AbstractClassVar[str]
     # The per-call options `__call__` accepts.
-    _call_options: eqx.AbstractClassVar[tuple[str, ...]]
+    _call_options: AbstractClassVar[tuple[str, ...]]
     # Whether scalar parameters may take JAX values (read at run time from one-element arrays).
-    _runtime_scalars: eqx.AbstractClassVar[bool]
+    _runtime_scalars: AbstractClassVar[bool]
 
     def __check_init__(self) -> None:
         # Equinox runs this after the final class's own checks (those of its target).

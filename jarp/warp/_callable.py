@@ -247,7 +247,8 @@ def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
     jarp's Python path, one call per ``vmap`` slice (each slice builds its own structure), and outside CUDA graphs
     (a build allocates).
     """
-    return JaxCallable(func, graph_mode=wp.JaxCallableGraphMode.NONE, vmap_method="sequential", **options)
+    # by keyword: type checkers place Equinox's AbstractVar fields of the base first in the constructor
+    return JaxCallable(func=func, graph_mode=wp.JaxCallableGraphMode.NONE, vmap_method="sequential", **options)
 
 
 def _label(target: Any) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import numpy as np
 import warp as wp
 

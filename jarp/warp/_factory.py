@@ -3,11 +3,13 @@
 import dataclasses
 import threading
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 from ._base import AbstractWarpModule
 from ._plan._normalize import normalize_output_dims
 from ._value_callables import warn_if_rebuilt_closure
+
+_M = TypeVar("_M", bound=AbstractWarpModule)
 
 _instances: weakref.WeakValueDictionary[Any, AbstractWarpModule] = weakref.WeakValueDictionary()
 _instances_lock = threading.Lock()
@@ -18,7 +20,7 @@ def option_names(cls: type[AbstractWarpModule]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))[1:]
 
 
-def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, Any]) -> AbstractWarpModule:
+def make_module(cls: type[_M], target: Any, options: dict[str, Any]) -> _M:
     """Build ``cls(target, **options)``, returning the live module built from equal arguments if there is one.
 
     Modules are immutable and compare by value, so sharing one is safe; it is what
@@ -42,4 +44,6 @@ def make_module(cls: type[AbstractWarpModule], target: Any, options: dict[str, A
     except TypeError:
         return module
     with _instances_lock:
-        return _instances.setdefault(key, module)
+        shared = _instances.setdefault(key, module)
+    assert isinstance(shared, cls)  # keyed by the class first
+    return shared

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import numpy as np
 import warp as wp
 
@@ -57,7 +58,7 @@ def _parse_dim(value: object, index: int, dtype: tuple[Any, ...]) -> int | None:
         msg = f"dtype={dtype!r}: dimension {index} must be -1 or a positive int, got the bool {value!r}"
         raise TypeError(msg)
     try:
-        dim = operator.index(value)
+        dim = operator.index(value)  # pyright: ignore[reportArgumentType]  # any object: operator.index raising TypeError is the check
     except TypeError:
         msg = f"dtype={dtype!r}: dimension {index} must be -1 or a positive int, got {value!r}"
         raise TypeError(msg) from None

@@ -14,7 +14,7 @@ import functools
 import threading
 import types
 import weakref
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import warp as wp
@@ -83,7 +83,7 @@ class _ValueFunction:
         return repr(self.__wrapped__)
 
 
-def _is_nested(func: Any) -> bool:
+def _is_nested(func: Any) -> TypeGuard[types.FunctionType]:
     """Whether ``func`` is a function made inside another function (a new object at every call of that one)."""
     return isinstance(func, types.FunctionType) and (func.__closure__ is not None or "<locals>" in func.__qualname__)
 

@@ -180,7 +180,7 @@ if TYPE_CHECKING:
 
 def _floating() -> type[Any]:
     """Return `wp.float64` when `jax_enable_x64` is on, else `wp.float32`."""
-    return wp.float64 if jax.config.jax_enable_x64 else wp.float32
+    return wp.float64 if jax.config.jax_enable_x64 else wp.float32  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
 
 
 def _positive_int(value: object, what: str) -> int:
@@ -201,7 +201,7 @@ def _positive_int(value: object, what: str) -> int:
         msg = f"{what} must be a positive int, got the bool {value!r}"
         raise TypeError(msg)
     try:
-        result = operator.index(value)
+        result = operator.index(value)  # pyright: ignore[reportArgumentType]  # any object: operator.index raising TypeError is the check
     except TypeError:
         msg = f"{what} must be a positive int, got {value!r} of type {type(value).__name__}"
         raise TypeError(msg) from None

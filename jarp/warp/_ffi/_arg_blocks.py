@@ -166,7 +166,7 @@ def cuda_params(templates: list[ctypes.Structure], bounds: ctypes.Structure) -> 
         prefix = "adj_" if block else ""
         params.extend(
             CudaParam(prefix + name, block, getattr(cls, name).offset, ctypes.sizeof(ctype))
-            for name, ctype in cls._fields_
+            for name, ctype in cls._fields_  # pyright: ignore[reportAssignmentType]  # pairs: a block has no bit fields
         )
     return params
 

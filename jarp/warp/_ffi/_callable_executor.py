@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import warp as wp
@@ -39,7 +39,9 @@ class CallableExecutor(Executor):
         # the Warp structures it built there, so they live exactly as long as a program may call the plan.
         self.store: dict[Any, Any] = {}
 
-    def _array(self, spec: Any, binding: Binding, ops: list[int], res: list[int], s: int, grad: Any = None) -> Any:
+    def _array(
+        self, spec: Any, binding: Binding, ops: Sequence[int], res: Sequence[int], s: int, grad: Any = None
+    ) -> Any:
         plan = self.plan
         if binding.source == "operand":
             buf, base = plan.operands[binding.index], ops[binding.index] + self.offsets[0][binding.index][s]
@@ -50,7 +52,7 @@ class CallableExecutor(Executor):
             return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
         return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
 
-    def _struct(self, param: Any, ops: list[int], res: list[int], s: int) -> Any:
+    def _struct(self, param: Any, ops: Sequence[int], res: Sequence[int], s: int) -> Any:
         """A Warp struct instance whose array fields wrap the call's buffers (and adjoint buffers)."""
         layout = param.spec.struct
         arrays = []
@@ -101,7 +103,7 @@ class CallableExecutor(Executor):
                     _warp_internals.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
             for j, nbytes in self.zero:
                 _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
-        stream = None if self.device.is_cpu else cuda_stream
+        stream = None if self.device.is_cpu else cuda_stream  # pyright: ignore[reportPossiblyUnboundVariable]  # set off the CPU above
         with scope:
             if not capturing:
                 self._slices(ops, res, stream)
@@ -115,7 +117,7 @@ class CallableExecutor(Executor):
             for module in _warp_internals.capture_modules(capture):
                 self.captured_modules.setdefault(id(module), module)
 
-    def _slices(self, ops: list[int], res: list[int], stream: int | None) -> None:
+    def _slices(self, ops: Sequence[int], res: Sequence[int], stream: int | None) -> None:
         """Call the function once per batch slice on arrays wrapping the slice's buffers."""
         plan = self.plan
         func: Callable[..., Any] = plan.target

@@ -130,7 +130,8 @@ def _from_env() -> bool:
 
 def _view(ptr: int, nbytes: int) -> np.ndarray:
     """The bytes of a buffer, as a writable uint8 array over its memory."""
-    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(ptr), dtype=np.uint8)
+    # a ctypes array has the buffer protocol, which typeshed leaves out
+    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(ptr), dtype=np.uint8)  # pyright: ignore[reportCallIssue, reportArgumentType]
 
 
 def _clone(copies: dict[tuple[int, int], np.ndarray]) -> dict[tuple[int, int], np.ndarray]:
@@ -289,7 +290,7 @@ class CheckedCpuKernelExecutor(_CheckedInputs, CpuKernelExecutor):
 
     def _table(self, ptrs: tuple[Any, Any], copies: dict[tuple[int, int], np.ndarray]) -> tuple[list[int], list[int]]:
         """The pointer table of a launch on ``copies`` (a zero-size buffer keeps its pointer: nothing reads it)."""
-        return tuple(
+        return tuple(  # pyright: ignore[reportReturnType]  # one list per side: two
             [copies[(side, k)].ctypes.data if copies[(side, k)].size else p for k, p in enumerate(ptrs[side])]
             for side in (0, 1)
         )

@@ -69,7 +69,7 @@ def ensure_registered() -> None:
         if native is not None:
             # The native handler passes the frames it does not serve, with the plan handle when it read one.
             slow = {
-                key: _keep_address(_SLOW_TYPE(_never_raises(lambda frame, handle, k=key: _callback(frame, *k, handle))))
+                key: _keep_address(_SLOW_TYPE(_never_raises(lambda frame, handle, k=key: _callback(frame, *k, handle))))  # pyright: ignore[reportCallIssue]  # k: (platform, graph)
                 for key in keys
             }
             # one resolver per target, so that an error names the target the call used
@@ -93,7 +93,7 @@ def ensure_registered() -> None:
                     "instantiate": _trampoline.trampoline(
                         _never_raises(lambda frame, g=key[1]: _instantiate(frame, g))
                     ),
-                    "execute": _trampoline.trampoline(_never_raises(lambda frame, k=key: _callback(frame, *k, -1))),
+                    "execute": _trampoline.trampoline(_never_raises(lambda frame, k=key: _callback(frame, *k, -1))),  # pyright: ignore[reportCallIssue]  # k: (platform, graph)
                 }
                 for key in keys
             }

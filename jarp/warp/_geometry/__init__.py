@@ -16,7 +16,7 @@ A call given a structure (`jarp.warp.Mesh`, `Bvh`, `HashGrid`, `Volume`) flows t
    structure and keeps it in the call's store as long as a compiled program can launch it.
 
 The gradient checks and the kernel variant whose mesh builtins read the vertices as arrays are judged on the code
-Warp generates, in the plan stage (`_plan._geometry_adjoints`, `_plan._geometry_variants`).
+Warp generates, in the plan stage (`_plan._geometry_adjoints`, `_plan._geometry_variants`, whose Warp functions are in `_plan._geometry_funcs`).
 """
 
 from ._builds import counts as counts

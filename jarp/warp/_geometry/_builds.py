@@ -45,6 +45,7 @@ def obtain(recipe: Recipe, slot: int, arrays: dict[str, wp.array]) -> Any:
             "a jarp.warp.jax_kernel or jax_callable module."
         )
     device = next(iter(arrays.values())).device
+    assert device is not None  # the arrays wrap the call's buffers, on the call's device
     kept: list[tuple[Recipe, Any]] = site.store.setdefault(("jarp.warp.geometry", slot, site.slice, site.stream), [])
     for k, (made, built) in enumerate(kept):
         if made == recipe and recipe.kind.update(recipe, built, arrays):

@@ -335,10 +335,10 @@ def _message(what: str, name: str, field: str, builtins: tuple[str, ...], struct
         )
     else:
         way_out = (
-            f"read the vertices as arrays instead, whose gradient jarp returns: take only the face index from a "
-            f"query (q.face) and compute what you need from m = wp.mesh_get({name}); m.points[m.indices[3 * f + k]] "
-            f"(barycentrics, positions, normals, ray distances), or stop the gradient of {name}.{field} "
-            "(jax.lax.stop_gradient) if the dependence is to be ignored"
+            "call the query in the kernel's own code or in a plain @wp.func, in its form returning a result "
+            "(q = wp.mesh_query_point(...), wp.mesh_query_ray(...)), whose smooth fields jarp recomputes from the "
+            f"vertices; or read the vertices as arrays (m = wp.mesh_get({name}); m.points[m.indices[3 * f + k]]); "
+            f"or stop the gradient of {name}.{field} (jax.lax.stop_gradient) if the dependence is to be ignored"
         )
     return (
         f"{what}: cannot differentiate with respect to {name}.{field} (a jarp.warp.{cls}): the kernel reads it "

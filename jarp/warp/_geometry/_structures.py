@@ -159,7 +159,7 @@ _INT32_MAX = 2**31 - 1  # Warp passes counts and sizes to its native code as C i
 
 def _grid_dims(dims: Any) -> tuple[int, int, int]:
     """A `HashGrid`'s ``dims`` as three positive ints whose product fits Warp's cell count (a C int)."""
-    values = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    values: tuple[Any, ...] = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
     ok = len(values) == 3 and all(
         not isinstance(d, bool) and isinstance(d, (int, np.integer, float)) and float(d).is_integer() and d >= 1
         for d in values
@@ -181,6 +181,10 @@ def _as_array(value: Any) -> Any:
 _CONSTRUCTORS = frozenset({"sah", "median", "lbvh"})
 
 
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(map(float, values))
+
+
 def _static(default: Any = None) -> Any:
     return eqx.field(static=True, default=default)
 
@@ -200,17 +204,20 @@ _INDEX_ARRAYS = {
 
 @wp.kernel
 def _narrow_indices(
-    src: wp.array(dtype=Any), count: Any, dst: wp.array(dtype=wp.int32), first_bad: wp.array(dtype=wp.int64)
+    src: wp.array(dtype=Any),  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
+    count: Any,
+    dst: wp.array(dtype=wp.int32),  # pyright: ignore[reportInvalidTypeForm]
+    first_bad: wp.array(dtype=wp.int64),  # pyright: ignore[reportInvalidTypeForm]
 ):
     # Each index in [0, count) is copied to Warp's int32; the position of the first one out of range is recorded
     # and a 0 stored in its place, so that nothing reads past the points even before the call raises.
     i = wp.tid()
     v = src[i]
-    if v < type(count)(0) or v >= count:
-        wp.atomic_min(first_bad, 0, wp.int64(i))
+    if v < type(count)(0) or v >= count:  # pyright: ignore[reportOperatorIssue]  # Warp code: v is an int
+        wp.atomic_min(first_bad, 0, wp.int64(i))  # pyright: ignore[reportArgumentType]  # Warp code: i is an int
         dst[i] = 0
     else:
-        dst[i] = wp.int32(v)
+        dst[i] = wp.int32(v)  # pyright: ignore[reportArgumentType]  # Warp code: v is a scalar
 
 
 for _dtype in (wp.int32, wp.int64, wp.uint32, wp.uint64):
@@ -229,7 +236,8 @@ def _checked_indices(src: wp.array, num_points: int, into: wp.array | None, labe
     Raises:
         IndexError: an index out of range, naming the first one (on a GPU, reading the verdict waits for the stream).
     """
-    dst = wp.empty(src.shape[0], dtype=wp.int32, device=src.device) if into is None else into
+    # (Warp's stub types dtype as a Python scalar type)
+    dst = wp.empty(src.shape[0], dtype=wp.int32, device=src.device) if into is None else into  # pyright: ignore[reportArgumentType]
     first_bad = wp.full(1, src.shape[0], dtype=wp.int64, device=src.device)
     count = src.dtype(num_points)
     wp.launch(_narrow_indices, dim=src.shape[0], inputs=[src, count, dst, first_bad], device=src.device)
@@ -373,7 +381,7 @@ class Mesh(AbstractStructure):
     def update(cls, recipe: Recipe, built: _BuiltMesh, arrays: dict[str, wp.array]) -> bool:
         if arrays["points"].shape != built.mesh.points.shape or arrays["indices"].shape != built.indices.shape:
             return False
-        if built.indices.device.is_cpu:
+        if built.indices.device.is_cpu:  # pyright: ignore[reportOptionalMemberAccess]  # a built mesh's arrays have one
             # a changed topology gets a new tree (cheap to see on the host), built from checked indices
             if not np.array_equal(arrays["indices"].numpy(), built.indices.numpy()):
                 return False
@@ -549,9 +557,8 @@ class Volume(AbstractStructure):
 
     values: Float[Array, "nx ny nz"] = eqx.field(converter=_as_array)
     voxel_size: float = eqx.field(static=True, default=1.0, converter=float)
-    origin: tuple[float, float, float] = eqx.field(
-        static=True, default=(0.0, 0.0, 0.0), converter=lambda o: tuple(map(float, o))
-    )
+    # checked to hold three finite numbers in __check_init__ (the converter keeps any count, for that message)
+    origin: tuple[float, ...] = eqx.field(static=True, default=(0.0, 0.0, 0.0), converter=_floats)
     background: float = eqx.field(static=True, default=0.0, converter=float)
 
     def __check_init__(self) -> None:

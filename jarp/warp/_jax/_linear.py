@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -34,7 +35,8 @@ def linear_call(
     res, lin = tuple(res), tuple(lin)
     if out_shapes is None:
         out_shapes = jax.eval_shape(lambda r, li: tuple(fn(r, li)), res, lin)
-    avals = tuple(jax.core.ShapedArray(o.shape, o.dtype) for o in out_shapes)
+    # jax.eval_shape is untyped (its inferred return type includes None); it returns the tuple `fn` does
+    avals = tuple(jax.core.ShapedArray(o.shape, o.dtype) for o in out_shapes)  # pyright: ignore[reportOptionalIterable]
     return linear_p.bind(*res, *lin, fn=fn, tfn=tfn, n_res=len(res), out_avals=avals)
 
 

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import mlir
@@ -102,7 +103,7 @@ def _lower_partitioned(ctx: Any, operands: Any, plan: Plan) -> Any:
     ]
     call_ctx = ctx.replace(avals_in=call_in, avals_out=call_out)
     extra = {"mhlo.frontend_attributes": mlir.ir_attribute({"num_batch_dims": str(k + 1)})}
-    if jax.config.jax_use_shardy_partitioner:
+    if jax.config.jax_use_shardy_partitioner:  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
         extra["sdy.sharding_rule"] = _sharding_rule(call_ctx, lowered)
     outs = _lower_call(call_ctx, ops, lowered, extra)
     return [_reshape(ctx, out, src, dst) for out, src, dst in zip(outs, call_out, ctx.avals_out, strict=True)]
@@ -134,7 +135,7 @@ def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | Non
         target,
         operand_output_aliases=None if plan.partitioned else dict(plan.aliases) or None,
         has_side_effect=plan.has_side_effect,
-        **({"extra_attributes": extra} if extra else {}),
+        **({"extra_attributes": extra} if extra else {}),  # pyright: ignore[reportArgumentType]  # only that keyword
     )
     if _jax_internals.lowering_for_export(ctx):
         why = _content.not_portable(plan)

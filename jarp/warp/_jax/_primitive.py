@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive

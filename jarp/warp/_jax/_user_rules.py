@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
@@ -113,7 +114,8 @@ def call_with_rules(
 
     def rule(primals: Any, tangents: Any) -> Any:
         out = f(*primals)
-        tangents = [jnp.zeros(t.aval.shape, t.aval.dtype) if isinstance(t, SymbolicZero) else t for t in tangents]
+        # a SymbolicZero's aval is typed as AbstractValue; here it is always a ShapedArray
+        tangents = [jnp.zeros(t.aval.shape, t.aval.dtype) if isinstance(t, SymbolicZero) else t for t in tangents]  # pyright: ignore[reportAttributeAccessIssue]
         t_out = linear_call(tangent_map, transpose, tuple(primals), tuple(tangents))
         _check_count(t_out, len(out), what, "jvp", "tangents (one per output)")
         return out, tuple(t_out)

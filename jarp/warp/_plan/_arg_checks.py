@@ -11,6 +11,7 @@ import ctypes
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 import numpy as np
 import warp as wp
@@ -61,7 +62,7 @@ def cast_hint(expected: np.dtype) -> str:
     Returns:
         The advice, one sentence without its full stop.
     """
-    if expected.itemsize == 8 and not jax.config.jax_enable_x64:
+    if expected.itemsize == 8 and not jax.config.jax_enable_x64:  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
         return (
             f"JAX holds no {expected} array unless jax_enable_x64 is on, so pass a Python number (static), or "
             f"enable it (jax.config.update('jax_enable_x64', True)) and cast with .astype(jnp.{expected.name})"

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 import numpy as np
 import warp as wp

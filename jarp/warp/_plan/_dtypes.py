@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -358,7 +358,8 @@ def ctype_value(scalar: Any, value: float | int | bool) -> ctypes._SimpleCData:
         >>> ctype_value(wp.float16, 1.0).value == 0x3C00
         True
     """
-    ctype = wp.types.type_ctype(scalar)
+    # a scalar type's (Warp's return type also lists its vector, matrix and struct ctypes)
+    ctype = cast("type[ctypes._SimpleCData[Any]]", wp.types.type_ctype(scalar))
     if any(scalar is t for t in HALF_TYPES):
         return ctype(_half_bits(scalar, float(value)))
     return ctype(value)

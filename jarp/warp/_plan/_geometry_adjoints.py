@@ -1,12 +1,18 @@
 """Which geometry gradients Warp's builtins drop, judged on the code Warp generates for a kernel.
 
 Warp's mesh builtins return values that depend on the vertices (the closest point's barycentrics, a ray's
-distance and normal, an interpolated position), but their adjoints reach only their other arguments: the
+distance, normal and sign, an interpolated position), but their adjoints reach only their other arguments: the
 vertices' share is dropped, without a word. Reading the vertices as arrays (``wp.mesh_get(id).points[...]``)
 differentiates exactly. So a derivative with respect to a structure's arrays is right only where the kernel
-reads them through arrays or through values that do not depend on them smoothly (a face index, a sign, a hit
-count). `dropped` finds the rest in the C++ Warp generates (after names are resolved and constant branches
-folded), for the kernel and every ``@wp.func`` it calls.
+reads them through arrays or through values that do not depend on them smoothly (a face index, a point query's
+sign, a hit count). `dropped` finds the rest in the C++ Warp generates (after names are resolved and constant
+branches folded), for the kernel and every ``@wp.func`` it calls.
+
+jarp differentiates the variant `_geometry_variants.vertex_reads` derives, in which every call it can rewrite
+reads the vertices as arrays (a query's replacement reads only the face, the sign of a point query and the
+result from Warp's query, and recomputes the rest): what `dropped` finds there is what could not be rewritten
+(Warp's older query overloads, functions reached through ``wp.static`` or a parameter, functions with a custom
+adjoint), or a kernel a `jax_callable` launches itself (not rewritten).
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ _QUERIES = (
     "mesh_query_furthest_point_no_sign",
     "mesh_query_ray",
 )
-# The fields of a query's result that do not change under small moves of the vertices.
+# The fields of a query's result that do not change under small moves of the vertices: a point query's sign is
+# the side (+-1, or 0 without one); a ray's is the determinant of Warp's intersection test, smooth in the vertices.
 _DISCRETE_FIELDS = frozenset({"face", "sign", "result"})
+_RAY_DISCRETE_FIELDS = frozenset({"face", "result"})
 # Volume builtins that only transform coordinates (no voxel value is read).
 _VOLUME_TRANSFORMS = frozenset(
     {"volume_index_to_world", "volume_world_to_index", "volume_index_to_world_dir", "volume_world_to_index_dir"}
@@ -112,7 +120,8 @@ def _scan(lines: Iterable[str], types: dict[str, str], params: dict[str, str], f
             if not uses:
                 continue
             fields = field.findall(line)
-            smooth = [f for f in fields if f not in _DISCRETE_FIELDS]
+            discrete = _RAY_DISCRETE_FIELDS if name == "mesh_query_ray" else _DISCRETE_FIELDS
+            smooth = [f for f in fields if f not in discrete]
             found.extend(Drop("points", f"wp.{name} (.{f})", param) for f in smooth)
             if len(fields) < uses:
                 # the whole result goes somewhere (copied, passed to a function): its smooth fields may be read there

@@ -63,7 +63,7 @@ def preload_devices(mode: Any) -> list[Any]:
 
 def _current_jax_device() -> Any:
     """JAX's current device: the one ``jax.default_device`` (or ``jax_default_device``) names, else the first local one."""
-    device = jax.config.jax_default_device
+    device = jax.config.jax_default_device  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
     if device is None:
         return jax.local_devices()[0]
     if isinstance(device, str):  # a platform name

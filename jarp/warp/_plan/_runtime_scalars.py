@@ -100,7 +100,7 @@ class _Unsupported(Exception):
     """A kernel jarp cannot give a runtime struct field value (the message says where)."""
 
 
-def _check_whole_uses(fn: ast.FunctionDef, fields: tuple[str, ...]) -> None:
+def _check_whole_uses(fn: ast.FunctionDef | ast.AsyncFunctionDef, fields: tuple[str, ...]) -> None:
     """Refuse a kernel that uses a struct holding a runtime field other than through field reads.
 
     A struct passed whole (to a ``@wp.func``, or aliased) carries the field's placeholder value, which the

@@ -69,7 +69,7 @@ def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
 
 
 _WEAK: dict[str, weakref.WeakKeyDictionary[Any, dict[Hashable, Any]]] = {}
-_STRONG: OrderedDict[tuple[str, Any], dict[Hashable, Any]] = OrderedDict()
+_STRONG: OrderedDict[tuple[str, type, Any], dict[Hashable, Any]] = OrderedDict()
 _strong_lock = threading.Lock()
 _generation = [0]
 

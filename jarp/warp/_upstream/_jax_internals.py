@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src import mesh as _mesh

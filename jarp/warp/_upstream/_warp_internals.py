@@ -11,6 +11,10 @@ upgrade is a one-file change, and `tests/warp/compat/test_upstream_internals.py`
 each one still has the shape jarp relies on.
 """
 
+# pyright: reportAttributeAccessIssue=false
+# (this module is where jarp reads Warp's private internals, through ``wp._src`` and private attributes, which
+# Warp's type stubs leave out; the checker still checks everything else here)
+
 from __future__ import annotations
 
 import ast
@@ -117,7 +121,7 @@ def take_build_failures() -> list[str]:
     return failed
 
 
-def resolve_block_dim(device: wp.context.Device, block_dim: int | None) -> int:
+def resolve_block_dim(device: wp.Device, block_dim: int | None) -> int:
     """The block dim Warp builds and launches ``device``'s module variant with for a requested ``block_dim``.
 
     ``None`` is Warp's default (256 on CUDA, 1 on the CPU). On the CPU a request above 1
@@ -164,14 +168,41 @@ def scalar_type(dtype: Any) -> Any:
     return dtype._wp_scalar_type_
 
 
-def kernel_params(kernel: wp.Kernel) -> tuple[tuple[str, Any], ...]:
-    """Return ``(name, warp_type)`` for each parameter of ``kernel``, in order."""
+def kernel_params(kernel: wp.Kernel | wp.Function) -> tuple[tuple[str, Any], ...]:
+    """Return ``(name, warp_type)`` for each parameter of ``kernel`` (or of a ``@wp.func``), in order."""
     return tuple((arg.label, arg.type) for arg in kernel.adj.args)
 
 
-def kernel_source(kernel: wp.Kernel) -> str:
-    """The Python source Warp generated ``kernel`` from (also for kernels built from explicit source)."""
+def kernel_source(kernel: wp.Kernel | wp.Function) -> str:
+    """The Python source Warp generated ``kernel`` (or a ``@wp.func``) from (also for kernels built from explicit source)."""
     return kernel.adj.source
+
+
+def function_arg_types(function: wp.Function) -> dict[str, Any]:
+    """The annotations Warp resolved for each parameter of one overload of a ``@wp.func``."""
+    return dict(function.adj.arg_types)
+
+
+def copyable_overloads(function: wp.Function) -> list[wp.Function] | None:
+    """The overloads of ``function`` the user defined (not the instances Warp makes of a generic one), or None
+    where one cannot be copied from its Python source: a custom adjoint or replay, native code, a transformed
+    syntax tree."""
+    found: dict[int, wp.Function] = {}
+    for f in (*function.user_templates.values(), *function.user_overloads.values(), function):
+        if f.generic_parent is None:
+            found.setdefault(id(f), f)
+    for f in found.values():
+        adj = getattr(f, "adj", None)
+        if (
+            adj is None
+            or f.custom_grad_func is not None
+            or f.custom_replay_func is not None
+            or f.native_snippet is not None
+            or getattr(adj, "custom_reverse_mode", False)
+            or getattr(adj, "transformers", None)
+        ):
+            return None
+    return list(found.values())
 
 
 def make_kernel(
@@ -383,7 +414,7 @@ class EntryPoints:
 
     def __init__(
         self,
-        device: wp.context.Device,
+        device: wp.Device,
         module_exec: Any,
         hooks: Any,
         block_dim: int,
@@ -436,7 +467,7 @@ def check_cpu_support(what: str) -> None:
         )
 
 
-def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: int | None = None) -> EntryPoints:
+def load_entry_points(kernel: wp.Kernel, device: wp.Device, block_dim: int | None = None) -> EntryPoints:
     """Compile (if needed) and load ``kernel``'s module on ``device``; return its entry points.
 
     Args:
@@ -485,7 +516,7 @@ def load_entry_points(kernel: wp.Kernel, device: wp.context.Device, block_dim: i
     return entry
 
 
-def module_loaded(kernel: wp.Kernel, device: wp.context.Device, block_dim: int | None = None) -> bool:
+def module_loaded(kernel: wp.Kernel, device: wp.Device, block_dim: int | None = None) -> bool:
     """Whether ``kernel``'s module is loaded, and current, on ``device`` (so `load_entry_points` would not load it).
 
     The same test ``Module.load`` makes before it builds or loads: a loaded variant for the resolved block dim whose
@@ -554,7 +585,7 @@ def init_quietly() -> None:
             wp.config.log_level = level
 
 
-def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -> None:
+def cuda_memset(device: wp.Device, ptr: int, nbytes: int, stream: int) -> None:
     """Zero ``nbytes`` at ``ptr`` on ``device``, ordered on ``stream``.
 
     Raises:
@@ -566,7 +597,7 @@ def cuda_memset(device: wp.context.Device, ptr: int, nbytes: int, stream: int) -
         )
 
 
-def cuda_copy(device: wp.context.Device, dst: int, src: int, nbytes: int, stream: int) -> None:
+def cuda_copy(device: wp.Device, dst: int, src: int, nbytes: int, stream: int) -> None:
     """Copy ``nbytes`` from ``src`` to ``dst`` on ``device``, ordered on ``stream``.
 
     Raises:
@@ -633,7 +664,7 @@ def cuda_launch(
         bounds.size,
         0,
         entry.block_dim,
-        int(kernel.grid_stride),
+        int(kernel.grid_stride),  # pyright: ignore[reportArgumentType]  # set for a loaded kernel
         entry.cluster_dim,
         smem,
         params,
@@ -853,7 +884,7 @@ def cpu_target_hash(extra_flags: Any) -> str:
 
 def kernel_cache_dir() -> Path:
     """Warp's kernel cache directory (``wp.config.kernel_cache_dir``)."""
-    return Path(wp.config.kernel_cache_dir)
+    return Path(wp.config.kernel_cache_dir)  # pyright: ignore[reportArgumentType]  # set once Warp is initialised
 
 
 def build_cpu_object(object_path: str, source_path: str, build: dict[str, Any]) -> None:
@@ -965,7 +996,7 @@ def check_internals() -> None:
         (wp.array2d[float], "array"),
         (wp.indexedarray(dtype=float), "indexedarray"),
         (wp.indexedarray[float], "indexedarray"),
-        (wp.fabricarray(dtype=float), "fabricarray"),
+        (wp.fabricarray(dtype=float), "fabricarray"),  # pyright: ignore[reportArgumentType]  # Warp's stub: dtype as a value
         (wp.indexedfabricarray[float], "indexedfabricarray"),
         (wp.fixedarray(dtype=float, shape=3), "fixedarray"),
     ):
@@ -1019,7 +1050,7 @@ def check_internals() -> None:
     check_array_access()
 
 
-def _probe_kernel(a: wp.array(dtype=float)) -> None:
+def _probe_kernel(a: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     a[0] = 1.0
 
 
@@ -1383,7 +1414,7 @@ def check_array_access() -> None:
     assert any(callee.name + "(" in line for line in kernel_fn.lines), "Warp's Function.native_func changed"
     assert codegen_record(probes["func"]).custom_adjoints == (), "codegen_record.custom_adjoints sees a plain func"
     custom = codegen_record(probes["custom"]).custom_adjoints
-    assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"
+    assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
     # the backward code (`CodegenRecord.backward`): the kernel's replay calls the function, its reverse code the
     # function's adjoint; a custom gradient's body is that adjoint, under its function's C++ name
     kernel_bw, callee_bw = codegen_record(probes["func"]).backward
@@ -1392,10 +1423,10 @@ def check_array_access() -> None:
     assert callee_bw.name == "adj_" + callee.name, "Warp's reverse function names changed (CodegenRecord.backward)"
     assert any("wp::adj_array_store(var_x" in line for line in callee_bw.lines), "Warp's reverse code changed"
     record = codegen_record(probes["custom"])
-    assert getattr(_access_scaled.custom_grad_func.adj, "custom_reverse_mode", False), (
+    assert getattr(_access_scaled.custom_grad_func.adj, "custom_reverse_mode", False), (  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
         "Warp's custom gradient is no longer a function in custom reverse mode (CodegenRecord.backward)"
     )
-    assert [f.key for f in record.functions] == [probes["custom"].key, _access_scaled.key], (
+    assert [f.key for f in record.functions] == [probes["custom"].key, _access_scaled.key], (  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
         "CodegenRecord.functions lists a custom gradient as forward code (Warp's ModuleBuilder.functions changed)"
     )
     grad = record.backward[-1]
@@ -1417,23 +1448,23 @@ _ACCESS_FOLDED = False
 
 
 @wp.func
-def _access_bump(x: wp.array(dtype=float), i: int):
+def _access_bump(x: wp.array(dtype=float), i: int):  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     x[i] = 1.0
 
 
-def _access_store(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _access_store(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
     b[i] = a[i]
 
 
-def _access_atomic(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _access_atomic(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
     wp.atomic_add(a, 0, b[i])
 
 
-def _access_func(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _access_func(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
-    _access_bump(x=a, i=i)
+    _access_bump(x=a, i=i)  # pyright: ignore[reportArgumentType]  # wp.tid() of a 1-D launch: an int
 
 
 @wp.func
@@ -1446,12 +1477,12 @@ def _access_scaled_grad(x: float, adj_ret: float):
     wp.adjoint[x] += 2.0 * adj_ret
 
 
-def _access_custom(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _access_custom(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
     b[i] = _access_scaled(a[i])
 
 
-def _access_folded(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _access_folded(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
     if _ACCESS_FOLDED:
         a[i] = 2.0
@@ -1488,7 +1519,7 @@ def default_cuda_arch() -> int:
     """The CUDA arch Warp compiles for on the first CUDA device, or Warp's default PTX arch without a GPU."""
     runtime_core()
     if wp.is_cuda_available():
-        return int(wp.get_cuda_device().get_cuda_compile_arch())
+        return int(wp.get_cuda_device().get_cuda_compile_arch())  # pyright: ignore[reportArgumentType]  # a CUDA device's: set
     return int(wp._src.context.runtime.default_ptx_arch)
 
 
@@ -1511,7 +1542,7 @@ def compile_aot_variant(
         options = module.resolve_options(wp.config, block_dim=block_dim)
         runtime = wp._src.context.runtime
         if module_dir is None:
-            out_dir = Path(wp.config.kernel_cache_dir) / module.get_module_identifier(block_dim=block_dim)
+            out_dir = Path(wp.config.kernel_cache_dir) / module.get_module_identifier(block_dim=block_dim)  # pyright: ignore[reportArgumentType]  # set by then
         else:
             out_dir = Path(module_dir)
         paths = []

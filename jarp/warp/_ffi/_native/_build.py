@@ -19,7 +19,7 @@ from ..._upstream import _warp_internals
 from .. import _threads
 from ._handler import NativeHandler
 
-_SOURCE = importlib.resources.files(__package__).joinpath("_handler.cpp")
+_SOURCE = importlib.resources.files(__package__).joinpath("_handler.cpp")  # pyright: ignore[reportArgumentType]  # a module of a package: __package__ is set
 
 # The handler includes jaxlib's c_api.h, which includes these two; the wheel's Clang has no C library
 # headers (and a user's machine may have none), so jarp provides the freestanding definitions it needs.
@@ -55,7 +55,7 @@ def _cache_key(source: str) -> str:
         repr(sorted(_SHIM_HEADERS.items())).encode(),
         header,
         wp.config.version.encode(),
-        jaxlib.__version__.encode(),
+        jaxlib.__version__.encode(),  # pyright: ignore[reportPrivateImportUsage]  # public, though jaxlib does not re-export it
         platform.machine().encode(),
         platform.system().encode(),
     ):
@@ -90,7 +90,7 @@ def cached_object(
     include directory first, then ``include_dirs``. ``key`` must change with everything the object depends on.
     """
     _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
-    cache = Path(wp.config.kernel_cache_dir) / f"{stem}_{key}"
+    cache = Path(wp.config.kernel_cache_dir) / f"{stem}_{key}"  # pyright: ignore[reportArgumentType]  # set by then
     obj = cache / f"{stem}.o"
     if not obj.exists():
         cache.mkdir(parents=True, exist_ok=True)

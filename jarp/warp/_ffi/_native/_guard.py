@@ -16,13 +16,14 @@ import hashlib
 import importlib.resources
 import platform
 import threading
+from collections.abc import Callable
 
 import warp as wp
 
 from ..._upstream import _warp_internals
 from ._build import cached_object
 
-_SOURCE = importlib.resources.files(__package__).joinpath("_guard.cpp")
+_SOURCE = importlib.resources.files(__package__).joinpath("_guard.cpp")  # pyright: ignore[reportArgumentType]  # a module of a package: __package__ is set
 _GUARD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _lock = threading.Lock()  # one jump buffer: guarded launches run one at a time
 _state: dict[str, object] = {}
@@ -33,7 +34,7 @@ def available() -> bool:
     return platform.system() == "Linux"
 
 
-def _guard() -> ctypes._CFuncPtr:
+def _guard() -> Callable[..., int]:
     fn = _state.get("guard")
     if fn is None:
         source = _SOURCE.read_text()

@@ -183,7 +183,7 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: _warp_internals.EntryPoints, back
                 _ranged_by_exec.setdefault(module_exec, {})[backward] = companion
     symbol = ranged_entry_symbol(name, backward)
     with lock:
-        lookup, refused = companion
+        lookup, refused = companion  # pyright: ignore[reportGeneralTypeIssues]  # found or built above: not None
         if name in refused:
             return 0
         address = lookup(symbol) if lookup is not None else 0
@@ -411,11 +411,11 @@ def check_ranged_entries() -> None:
     ), "Warp's runtime test for the contiguous specialisation changed"
 
 
-def _ranged_probe_linear(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:
+def _ranged_probe_linear(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
     i = wp.tid()
     b[i] = a[i] * 2.0
 
 
-def _ranged_probe_grid(a: wp.array2d(dtype=float)) -> None:
-    i, j = wp.tid()
+def _ranged_probe_grid(a: wp.array2d(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotation
+    i, j = wp.tid()  # pyright: ignore[reportAssignmentType, reportGeneralTypeIssues]  # a 2-D launch: two indices
     a[i, j] = float(i + j)

@@ -192,7 +192,7 @@ class _Analysis:
         results: set[int] = set()
         for match in _TOKEN.finditer(text):
             name = match.group(0)
-            if (name == target and match.start() == text.index(target)) or name not in roots:
+            if (name == target and match.start() == text.index(target)) or name not in roots:  # pyright: ignore[reportArgumentType]  # == name: a str
                 continue
             use = self._use(text, match.start(), match.end())
             if use == WRITE:
@@ -203,7 +203,7 @@ class _Analysis:
                 results.update(roots[name])
         pointer_target = target is not None and types.get(target, "").startswith(_POINTER_TYPES)
         if pointer_target:
-            roots.setdefault(target, set()).update(derived | results)
+            roots.setdefault(target, set()).update(derived | results)  # pyright: ignore[reportArgumentType]  # not None
         elif derived and not text.startswith("return ") and types.get(target or "") != "bool":
             # a pointer handed somewhere that is neither a reference nor a return value: cast to an address
             # (``(wp::uint64)(var_1)``, for a native snippet to store through), or a bare statement (a ``bool``

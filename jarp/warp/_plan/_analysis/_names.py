@@ -44,7 +44,7 @@ def resolve(func: Any, name: str) -> Any:
         The object, or `MISSING`.
     """
     code = getattr(func, "__code__", None)
-    closure = getattr(func, "__closure__", None) or ()
+    closure: tuple[Any, ...] = getattr(func, "__closure__", None) or ()
     if code is not None and name in code.co_freevars:
         try:
             return closure[code.co_freevars.index(name)].cell_contents

@@ -115,7 +115,7 @@ def _other_uses(fn: ast.FunctionDef, name: str, tid_names: tuple[str, ...]) -> i
             isinstance(parent, ast.Subscript)
             and parent.value is node
             and isinstance(parents.get(parent), ast.Assign)
-            and parent in parents[parent].targets  # a store: ``v = name[i]`` reads the unfilled element
+            and parent in parents[parent].targets  # pyright: ignore[reportAttributeAccessIssue]  # an Assign (above); a store: ``v = name[i]`` reads the unfilled element
             and index_names(parent.slice) == tid_names
         ):
             continue

@@ -296,7 +296,9 @@ def _writes_now(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
     return found
 
 
-def _function_writes(fn: Any, roots: dict[str, str], consts: dict[str, Any], context: _Context, depth: int) -> set[str]:
+def _function_writes(
+    fn: Any, roots: dict[str, set[str]], consts: dict[str, Any], context: _Context, depth: int
+) -> set[str]:
     """The caller's paths that ``fn`` writes, given which caller path each of its parameters names (``roots``)
     and which of its parameters the call passes a constant (``consts``)."""
     if not roots:
@@ -541,4 +543,4 @@ def _param_type(fn: Any, position: int | None, name: str | None) -> Any:
     params = _warp_internals.kernel_params(fn)
     if position is not None:
         return params[position][1] if position < len(params) else None
-    return dict(params).get(name)
+    return dict(params).get(name)  # pyright: ignore[reportArgumentType]  # given a name where no position
