@@ -67,7 +67,8 @@ def tests(session: nox.Session) -> None:
     # The float64 tests and the float32 suite again, in checking mode: every CPU launch verifies what the analysis
     # said of its kernel (inputs unchanged, skipped fills, split launches); the tests of the native handler and of
     # split launches themselves run unchecked (their marker turns the mode off).
-    checking = {**HYPOTHESIS, "JARP_CHECKING": "1"}
+    # Every lock checks its place in the lock order too (jarp.warp._upstream._locks: a lock taken out of order raises).
+    checking = {**HYPOTHESIS, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
     session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **checking})
     session.run(
         "pytest",

@@ -17,7 +17,7 @@ import jax
 import warp as wp
 
 import jarp
-from jarp.warp._ffi import _executors, _registry, _target, _trampoline
+import jarp.warp
 
 # Distributions whose versions a bug report needs, by display name (optional ones are listed only if installed).
 _PACKAGES = {
@@ -89,17 +89,15 @@ def _warp() -> dict[str, Any]:
 
 
 def _jarp() -> dict[str, Any]:
-    was_registered = _target.is_registered()
-    registered: Any = _guard(_target.ensure_registered)
-    if registered is None:
-        registered = _target.is_registered()
+    before = jarp.warp.runtime_info()
+    registered: Any = _guard(lambda: jarp.warp.runtime_info(register=True)["ffi_registered"])
     return {
-        "ffi_targets": [_target.TARGET, _target.TARGET_NO_GRAPH],
-        "ffi_platforms": list(_trampoline.PLATFORMS),
-        "ffi_registered_before": was_registered,
+        "ffi_targets": before["ffi_targets"],
+        "ffi_platforms": before["ffi_platforms"],
+        "ffi_registered_before": before["ffi_registered"],
         "ffi_registered": registered,
-        "plans": len(_registry.registry),
-        "executors": _executors.executor_count(),
+        "plans": before["plans"],
+        "executors": before["executors"],
     }
 
 

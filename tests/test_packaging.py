@@ -43,3 +43,16 @@ def test_ci_runs_the_type_check_and_the_readmes_commands() -> None:
     assert 'session.run("basedpyright"' in lint
     assert 'session.run("ruff", "check"' in lint
     assert '"jarp"' in (ROOT / "pyproject.toml").read_text().split("[tool.basedpyright]")[1].split("\n[")[0]
+
+
+def test_the_version_is_the_same_everywhere() -> None:
+    # pyproject's version (the wheel's), jarp.__version__ and the latest release in the changelog
+    import re
+
+    import jarp
+
+    pyproject = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    released = re.findall(r"^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
+    assert pyproject is not None
+    assert released, "the changelog names no release"
+    assert pyproject[1] == jarp.__version__ == released[0]

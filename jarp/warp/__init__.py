@@ -1,21 +1,12 @@
 """Warp kernels and Warp-launching functions as JAX-callable Equinox modules.
 
-The files at this level are what users touch: the modules (`_kernel`, `_callable`, their abstract base
-`_base`, their shared option fields `_option_fields`, the factories' module cache `_factory`), eager dispatch
-(`_eager`), energies (`_energy`), options (`_options`), structs and conversions (`_struct`, `_to_warp`, `types`), Warp's geometry as pytrees (the `_geometry`
-package: the structures, their call, their builds inside the call), plan listing (`_inspect`) and
-generated source / ahead-of-time builds (`_codegen`), and the switch that points Warp's own bridge entry points at
-jarp's (`_bridge`). A call goes through the stages, one subpackage each: the plan is built (`_plan`), carried by
-jarp's primitive and lowered (`_jax`), and run inside the custom call (`_ffi`). The stages are listed lowest first;
-a stage imports only itself and the stages listed above it (`tests/warp/test_layout.py` checks it):
-
-- `_upstream`: every private Warp, JAX and XLA name, and nothing of jarp;
-- `_plan`: binds the arguments (`_plan/_binding.py`) and builds the hashable plan (`_plan/_builder.py`), and its
-  content text for compiled programs (`_plan/_content/`);
-- `_ffi`: what runs inside the custom call: the target and its callback (`_ffi/_target.py`), frame checks,
-  executors, the native handler, the plan registry;
-- `_jax`: the primitive (`_jax/_primitive.py`), its lowering to the FFI target (`_jax/_lowering.py`),
-  reverse mode (`_jax/_adjoint.py`) and the modules' ``jvp=``/``vjp=`` rules (`_jax/_user_rules.py`).
+The files at this level are the public face, one per family: the modules (`_kernel`, `_callable`), energies
+(`_energy`), their options (`_options`), structs, conversions and types (`_struct`, `_to_warp`, `types`), Warp's
+geometry as pytrees (the `_geometry` package), plan listing (`_inspect`), generated source and ahead-of-time builds
+(`_codegen`), export checks (`_export`), checking mode (`_checking`), CPU thread settings (`_threads`), FFI
+callbacks (`_callbacks`), warnings (`_warnings`), the caches (`_caches`) and the switch that points Warp's own bridge
+entry points at jarp's (`_bridge`). The machinery the two module kinds share is the `_module` package, whose
+docstring is the one description of a call's path through the stages (`_plan`, `_jax`, `_ffi`, `_upstream`).
 """
 
 from . import types as types
@@ -26,6 +17,10 @@ from ._bridge import unpatch_warp as unpatch_warp
 from ._caches import clear_caches as clear_caches
 from ._callable import JaxCallable as JaxCallable
 from ._callable import jax_callable as jax_callable
+from ._callbacks import register_ffi_callback as register_ffi_callback
+from ._checking import CheckingModeError as CheckingModeError
+from ._checking import checking_mode as checking_mode
+from ._checking import set_checking_mode as set_checking_mode
 from ._codegen import CudaLaunchCheck as CudaLaunchCheck
 from ._codegen import CudaLaunchMismatchError as CudaLaunchMismatchError
 from ._codegen import check_cuda_launches as check_cuda_launches
@@ -34,16 +29,6 @@ from ._codegen import kernel_source as kernel_source
 from ._energy import Energy as Energy
 from ._energy import energy as energy
 from ._export import export_checks as export_checks
-from ._ffi._checking import CheckingModeError as CheckingModeError
-from ._ffi._checking import checking_mode as checking_mode
-from ._ffi._checking import set_checking_mode as set_checking_mode
-from ._ffi._threads import cpu_linger_us as cpu_linger_us
-from ._ffi._threads import cpu_private_bytes as cpu_private_bytes
-from ._ffi._threads import cpu_threads as cpu_threads
-from ._ffi._threads import set_cpu_linger_us as set_cpu_linger_us
-from ._ffi._threads import set_cpu_private_bytes as set_cpu_private_bytes
-from ._ffi._threads import set_cpu_threads as set_cpu_threads
-from ._ffi._user_callback import register_ffi_callback as register_ffi_callback
 from ._geometry import AbstractStructure as AbstractStructure
 from ._geometry import Bvh as Bvh
 from ._geometry import HashGrid as HashGrid
@@ -53,6 +38,7 @@ from ._inspect import BufferInfo as BufferInfo
 from ._inspect import ParamInfo as ParamInfo
 from ._inspect import PlanInfo as PlanInfo
 from ._inspect import list_plans as list_plans
+from ._inspect import runtime_info as runtime_info
 from ._kernel import JaxKernel as JaxKernel
 from ._kernel import jax_kernel as jax_kernel
 from ._options import FfiCallableProtocol as FfiCallableProtocol
@@ -61,9 +47,15 @@ from ._options import JaxCallableCallOptions as JaxCallableCallOptions
 from ._options import JaxCallableOptions as JaxCallableOptions
 from ._options import JaxKernelCallOptions as JaxKernelCallOptions
 from ._options import JaxKernelOptions as JaxKernelOptions
-from ._plan._launch_checks import LaunchDimsWarning as LaunchDimsWarning
 from ._struct import struct as struct
+from ._threads import cpu_linger_us as cpu_linger_us
+from ._threads import cpu_private_bytes as cpu_private_bytes
+from ._threads import cpu_threads as cpu_threads
+from ._threads import set_cpu_linger_us as set_cpu_linger_us
+from ._threads import set_cpu_private_bytes as set_cpu_private_bytes
+from ._threads import set_cpu_threads as set_cpu_threads
 from ._to_warp import to_warp as to_warp
+from ._warnings import LaunchDimsWarning as LaunchDimsWarning
 
 __all__ = [
     "AbstractStructure",
@@ -104,6 +96,7 @@ __all__ = [
     "list_plans",
     "patch_warp",
     "register_ffi_callback",
+    "runtime_info",
     "set_checking_mode",
     "set_cpu_linger_us",
     "set_cpu_private_bytes",
@@ -123,9 +116,9 @@ def _register_on_import() -> None:
     local so that the package namespace holds only its public names (tests/test_public_api.py).
     """
     from ._ffi import _target
-    from ._upstream import _warp_internals
+    from ._upstream import _warp_kernels
 
-    _warp_internals.init_quietly()
+    _warp_kernels.init_quietly()
     _target.ensure_registered()
 
 

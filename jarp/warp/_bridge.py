@@ -20,7 +20,6 @@ import enum
 import functools
 import inspect
 import sys
-import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -30,6 +29,7 @@ import warp as wp
 from ._callable import jax_callable as _jarp_jax_callable
 from ._ffi._user_callback import register_ffi_callback as _jarp_register_ffi_callback
 from ._kernel import jax_kernel as _jarp_jax_kernel
+from ._upstream import _locks
 
 _EMPTY = inspect.Parameter.empty
 
@@ -192,7 +192,7 @@ def is_adapter(value: Any) -> bool:
 # The switch
 # ----------------------------------------------------------------------------------------------------------------------
 
-_lock = threading.RLock()
+_lock = _locks.make("bridge")
 _adapters: dict[str, Callable[..., Any]] = {}  # by entry point name; built from Warp's functions once per process
 _originals: dict[str, Callable[..., Any]] = {}
 _patched: dict[tuple[int, str], tuple[types.ModuleType, str, Callable[..., Any]]] = {}  # (module, attribute, original)

@@ -11,17 +11,18 @@ import numpy as np
 import warp as wp
 
 from . import _geometry
-from ._base import AbstractWarpModule
-from ._factory import make_module
 from ._ffi import _executors
-from ._option_fields import (
+from ._module._base import AbstractWarpModule
+from ._module._factory import make_module
+from ._module._option_fields import (
     enable_backward_field,
     in_out_argnames_field,
     module_preload_mode_field,
     output_dims_field,
     value_callable_field,
 )
-from ._option_warnings import warn_unused_option
+from ._module._option_warnings import warn_unused_option
+from ._module._value_callables import value_callable
 from ._options import JaxCallableOptions
 from ._plan import _annotations, _dims
 from ._plan._binding import BoundCall, warp_dtypes
@@ -30,7 +31,6 @@ from ._plan._normalize import tuple_of_str
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
-from ._value_callables import value_callable
 
 _WHAT = "jax_callable()"
 

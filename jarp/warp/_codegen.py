@@ -22,7 +22,7 @@ from ._ffi._registry import registry
 from ._kernel import JaxKernel
 from ._plan import _launch_checks
 from ._plan._values import Runs
-from ._upstream import _warp_internals
+from ._upstream import _warp_builds, _warp_kernels
 
 
 def _warp_module(obj: Any, what: str) -> wp.Module:
@@ -116,8 +116,8 @@ def kernel_source(
     module = _warp_module(kernel_or_module, what)
     block_dim = _block_dim_of(kernel_or_module, block_dim, what)
     if device == "cuda" and arch is None:
-        arch = _warp_internals.default_cuda_arch()
-    return _warp_internals.module_codegen(module, device, arch, block_dim)
+        arch = _warp_builds.default_cuda_arch()
+    return _warp_builds.module_codegen(module, device, arch, block_dim)
 
 
 def _archs(arch: int | Iterable[int], what: str) -> tuple[int, ...]:
@@ -187,14 +187,14 @@ def compile_aot(
     """
     what = "compile_aot()"
     module = _warp_module(kernel_or_module, what)
-    _warp_internals.runtime_core()  # Warp must be initialised to know its CUDA toolkit
+    _warp_kernels.runtime_core()  # Warp must be initialised to know its CUDA toolkit
     archs = _archs(arch, what)
     out_dir = None if module_dir is None else os.fspath(module_dir)
     block_dim = _block_dim_of(kernel_or_module, block_dim, what)
     if block_dim is None or block_dim == module.options["block_dim"]:
         paths = wp.compile_aot_module(module, arch=list(archs), module_dir=out_dir, use_ptx=use_ptx)
     else:
-        paths = _warp_internals.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
+        paths = _warp_builds.compile_aot_variant(module, archs, out_dir, use_ptx, block_dim)
     return {a: Path(p) for a, p in zip(archs, paths, strict=True)}
 
 
@@ -299,9 +299,9 @@ def check_cuda_launches(handles: Iterable[int] | None = None, *, arch: int | Non
         ```
     """
     what = "check_cuda_launches()"
-    _warp_internals.runtime_core()
+    _warp_kernels.runtime_core()
     if arch is None:
-        arch = _warp_internals.default_cuda_arch()
+        arch = _warp_builds.default_cuda_arch()
     (arch,) = _archs(arch, what)
     items = registry.items() if handles is None else tuple((h, registry.plan(h)) for h in handles)
     ptx_of: dict[tuple[int, int], dict[str, list[int]]] = {}
@@ -310,12 +310,12 @@ def check_cuda_launches(handles: Iterable[int] | None = None, *, arch: int | Non
         if plan.runs is not Runs.KERNEL:
             continue
         kernel = plan.target
-        block_dim = plan.block_dim if plan.block_dim is not None else _warp_internals.CUDA_BLOCK_DIM
+        block_dim = plan.block_dim if plan.block_dim is not None else _warp_kernels.CUDA_BLOCK_DIM
         key = (id(kernel.module), block_dim)
         if key not in ptx_of:
-            (path,) = _warp_internals.compile_aot_variant(kernel.module, (arch,), None, True, block_dim)
+            (path,) = _warp_builds.compile_aot_variant(kernel.module, (arch,), None, True, block_dim)
             ptx_of[key] = ptx_entry_params(path.read_text())
-        forward, backward = _warp_internals.cuda_entry_names(kernel, block_dim)
+        forward, backward = _warp_builds.cuda_entry_names(kernel, block_dim)
         entry = backward if plan.adjoint else forward
         if entry is None or entry not in ptx_of[key]:
             raise RuntimeError(f"{what}: the CUDA build of {plan.name} has no entry point {entry!r}.")

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from ._base import AbstractWarpModule
 from ._jax._linear import linear_call
 from ._jax._primitive import ForwardModeError
-from ._plan import _dtypes
+from ._module._base import AbstractWarpModule
+from ._plan import _cache_table, _dtypes
 
 
 def _first(out: Any) -> jax.Array:
@@ -135,26 +135,22 @@ def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
 
 
 class _Layout(NamedTuple):
-    """How to rebuild ``params`` from their array leaves: the tree and its non-array leaves by position."""
+    """How to rebuild ``params`` from their array leaves: `eqx.partition`'s two halves, each as a tree definition
+    (and the static half's leaves), hashable so that a layout keys the cache of custom_jvp functions."""
 
-    treedef: Any
-    statics: tuple[tuple[int, Any], ...]
-    n_leaves: int
+    array_def: Any
+    static_def: Any
+    static_leaves: tuple[Any, ...]
 
     def rebuild(self, arrays: Sequence[Any]) -> list[Any]:
-        leaves: list[Any] = [None] * self.n_leaves
-        for i, v in self.statics:
-            leaves[i] = v
-        it = iter(arrays)
-        for i in range(self.n_leaves):
-            if leaves[i] is None:
-                leaves[i] = next(it)
-        return list(jax.tree_util.tree_unflatten(self.treedef, leaves))
+        static = jax.tree_util.tree_unflatten(self.static_def, self.static_leaves)
+        return list(eqx.combine(jax.tree_util.tree_unflatten(self.array_def, list(arrays)), static))
 
 
 def _cached(make: Callable[[_Layout], Any]) -> Callable[[_Layout], Any]:
     """``make(layout)`` memoised per layout (one custom_jvp function per parameter layout), uncached if unhashable."""
     cached = ft.lru_cache(maxsize=256)(make)
+    _cache_table.register(cached, f"{make.__module__}.{make.__qualname__}")
 
     def get(layout: _Layout) -> Any:
         try:
@@ -170,10 +166,10 @@ def _is_array(x: Any) -> bool:
 
 
 def _flatten(params: Sequence[Any]) -> tuple[_Layout, list[Any]]:
-    leaves, treedef = jax.tree_util.tree_flatten(tuple(params))
-    statics = tuple((i, v) for i, v in enumerate(leaves) if not _is_array(v))
-    arrays = [v for v in leaves if _is_array(v)]
-    return _Layout(treedef, statics, len(leaves)), arrays
+    dynamic, static = eqx.partition(tuple(params), _is_array)
+    arrays, array_def = jax.tree_util.tree_flatten(dynamic)
+    static_leaves, static_def = jax.tree_util.tree_flatten(static)
+    return _Layout(array_def, static_def, tuple(static_leaves)), arrays
 
 
 def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx: Sequence[int]) -> Callable[..., Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ._ffi import _executors
+from ._ffi import _executors, _target, _trampoline
 from ._ffi._registry import registry
 from ._plan._values import Binding, Buffer, Param, Plan
 
@@ -255,3 +255,34 @@ def list_plans() -> list[PlanInfo]:
     for handle, ordinal in keys:
         devices.setdefault(handle, []).append(_device_name(ordinal))
     return [_plan_info(h, plan, tuple(devices.get(h, ()))) for h, plan in registry.items()]
+
+
+def runtime_info(*, register: bool = False) -> dict[str, Any]:
+    """Describe jarp's state in this process: its FFI targets, their registration, the live plans and executors.
+
+    What a bug report needs beside the versions (``python -m jarp`` prints it).
+
+    Args:
+        register: register jarp's FFI targets with XLA first (importing `jarp.warp` does; this raises what the
+            registration raises).
+
+    Returns:
+        A JSON-serialisable dict: ``ffi_targets`` (the custom-call target names), ``ffi_platforms`` (the platforms
+        they are registered for), ``ffi_registered``, ``plans`` (launch plans registered, `list_plans`) and
+        ``executors`` (plans prepared on a device).
+
+    Example:
+        ```python
+        info = jarp.warp.runtime_info()
+        assert info["ffi_registered"] and info["ffi_targets"][0] == "jarp_warp_call"
+        ```
+    """
+    if register:
+        _target.ensure_registered()
+    return {
+        "ffi_targets": [_target.TARGET, _target.TARGET_NO_GRAPH],
+        "ffi_platforms": list(_trampoline.PLATFORMS),
+        "ffi_registered": _target.is_registered(),
+        "plans": len(registry),
+        "executors": _executors.executor_count(),
+    }

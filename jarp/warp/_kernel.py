@@ -10,11 +10,11 @@ import numpy as np
 import warp as wp
 
 from . import _geometry
-from ._base import AbstractWarpModule
 from ._callable import structure_callable
-from ._factory import make_module
 from ._ffi import _executors
-from ._option_fields import (
+from ._module._base import AbstractWarpModule
+from ._module._factory import make_module
+from ._module._option_fields import (
     enable_backward_field,
     in_out_argnames_field,
     module_preload_mode_field,
@@ -25,8 +25,6 @@ from ._options import JaxKernelOptions
 from ._plan import (
     _analysis,
     _dims,
-    _geometry_adjoints,
-    _geometry_variants,
     _launch_checks,
     _preload,
     _runtime_scalars,
@@ -37,7 +35,7 @@ from ._plan._builder import build_plan
 from ._plan._signature import Signature, make_signature
 from ._plan._values import Plan, Runs
 from ._plan._weakcache import weak_cache
-from ._upstream import _warp_internals
+from ._upstream import _warp_codegen, _warp_kernels
 
 _WHAT = "jax_kernel()"
 
@@ -72,11 +70,11 @@ def _check_writes(kernel: wp.Kernel, sig: Signature, what: str) -> None:
 
 @weak_cache
 def _signature(kernel: wp.Kernel, num_outputs: int, in_out_argnames: tuple[str, ...]) -> Signature:
-    return make_signature(_warp_internals.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
+    return make_signature(_warp_kernels.kernel_params(kernel), num_outputs, in_out_argnames, what=_WHAT)
 
 
 # Under Warp's lock: a new overload changes the module Warp may be building in another thread. The executors' lock
-# first (the lock order at `_ffi._locks`): the user's factory may call a jarp module.
+# first (the lock order: `_upstream._locks.ORDER`): the user's factory may call a jarp module.
 @weak_cache(lock=_executors.build_lock)
 def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any, ...]) -> wp.Kernel:
     arg_types = factory(*dtypes)
@@ -88,11 +86,11 @@ def _overload(kernel: wp.Kernel, factory: Callable[..., Any], dtypes: tuple[Any,
             f"{_WHAT}: arg_types_factory{names} returned {arg_types!r}, "
             f"which is not a valid overload of kernel {kernel.key!r}: {e}"
         ) from e
-    error = _warp_internals.codegen_error(overload)
+    error = _warp_codegen.codegen_error(overload)
     if error is not None:
         # Warp builds all overloads of a module together: a registered overload that does not compile would fail
         # every later build of the module, other kernels included
-        _warp_internals.drop_overload(kernel, overload)
+        _warp_kernels.drop_overload(kernel, overload)
         raise TypeError(
             f"{_WHAT}: the overload of kernel {kernel.key!r} that arg_types_factory{names} gives ({arg_types!r}) "
             f"does not compile, so it was not kept: {error}"
@@ -191,7 +189,7 @@ class JaxKernel(AbstractWarpModule):
             raise TypeError(
                 f"{_WHAT}: kernel must be a Warp kernel (decorate it with @wp.kernel), got {type(self.kernel).__name__}."
             )
-        abi = _warp_internals.entry_point_abi(self.kernel)
+        abi = _warp_kernels.entry_point_abi(self.kernel)
         if abi != "warp":
             raise ValueError(
                 f"{_WHAT}: kernel {self.kernel.key!r} uses Warp's entry_point_abi={abi!r}, whose entry point takes "
@@ -203,7 +201,7 @@ class JaxKernel(AbstractWarpModule):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
         sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
         # A generic kernel is judged per overload, on the code Warp generates for it (`_target_for`)
-        concrete = [self.kernel] if not self.kernel.is_generic else _warp_internals.overloads(self.kernel)
+        concrete = [self.kernel] if not self.kernel.is_generic else _warp_kernels.overloads(self.kernel)
         for target in concrete:
             _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
         if self.enable_backward and sig.num_in_out:
@@ -232,7 +230,7 @@ class JaxKernel(AbstractWarpModule):
     def _target_for(self, args: tuple[Any, ...]) -> wp.Kernel:
         if self.arg_types_factory is None:
             return self.kernel
-        names = [name for name, _ in _warp_internals.kernel_params(self.kernel)]
+        names = [name for name, _ in _warp_kernels.kernel_params(self.kernel)]
         return _overload(self.kernel, self.arg_types_factory, warp_dtypes(args, names))
 
     def _signature(self, target: wp.Kernel) -> Signature:
@@ -259,7 +257,7 @@ class JaxKernel(AbstractWarpModule):
         target = self._target_for(placeholders)
         what = self._label(target)
         sig = self._signature(target)
-        _geometry.check_places(_warp_internals.kernel_params(target), args, what, kernel=True)
+        _geometry.check_places(_warp_kernels.kernel_params(target), args, what, kernel=True)
         bound = bind_arguments(sig, placeholders, what=what, runtime_scalars=True)
         names = tuple(spec.name for spec in sig.inputs)
         _geometry.check_structure_uses(target, args, names, what)
@@ -289,9 +287,9 @@ class JaxKernel(AbstractWarpModule):
         drops = None
         if self.enable_backward:
             # Warp's mesh builtins drop the vertex gradient: the variant reads the vertices as arrays instead
-            target = _geometry_variants.vertex_reads(target)
-            drops = _geometry_adjoints.dropped(target)
-        params = _warp_internals.kernel_params(target)
+            target = _geometry.vertex_reads(target)
+            drops = _geometry.dropped(target)
+        params = _warp_kernels.kernel_params(target)
         return _geometry.launch(
             structure_callable,
             target,
@@ -313,7 +311,7 @@ class JaxKernel(AbstractWarpModule):
         _check_writes(target, self._signature(target), _WHAT)
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
-        if self.bounds_check and _warp_internals.kernel_mode(target) != "debug":
+        if self.bounds_check and _warp_kernels.kernel_mode(target) != "debug":
             target = _runtime_scalars.bounds_checked(target)
         dims, results, block_dim = self._shapes(bound, options, what)
         _preload.preload(target, self.module_preload_mode, block_dim)
@@ -328,7 +326,7 @@ class JaxKernel(AbstractWarpModule):
             graph_compatible=True,
             name=f"jax_kernel({target.key})",
             block_dim=block_dim,
-            bounds_checked=_warp_internals.kernel_mode(target) == "debug",
+            bounds_checked=_warp_kernels.kernel_mode(target) == "debug",
         )
 
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar, cast
 import warp as wp
 
 from . import types as _types
-from ._upstream import _warp_internals
+from ._upstream import _warp_kernels
 
 _T = TypeVar("_T", bound=type)
 
@@ -40,7 +40,7 @@ class _GenericStructMeta(type):
             return cached
         # Warp's lock, not one of the class's own: a generic callable's factory (run under Warp's
         # lock) may specialise a struct, and two locks taken in both orders could deadlock.
-        with _warp_internals.warp_lock():
+        with _warp_kernels.warp_lock():
             cached = cls._jarp_cache.get(dtype)
             if cached is None:
                 cached = cls._jarp_cache[dtype] = cls._jarp_specialise(dtype)
@@ -154,7 +154,7 @@ def struct(cls: _T) -> _T:
         raise TypeError(msg)
     factory = getattr(cls, "__annotations_factory__", None)
     if factory is None:
-        with _warp_internals.warp_lock():
+        with _warp_kernels.warp_lock():
             return cast("_T", wp.struct(cls))
     if not callable(factory):
         msg = (

@@ -13,7 +13,7 @@ import numpy as np
 import warp as wp
 
 from ._plan import _dtypes
-from ._upstream import _warp_internals
+from ._upstream import _warp_types
 from .types import matrix_type, vector_type
 
 _SUPPORTED = "warp.array, numpy.ndarray, jax.Array"
@@ -99,7 +99,7 @@ def _parse_hint(dtype: Any) -> _Hint:
     if _dtypes.is_composite(dtype):
         return _Hint(
             inner=_dtypes.element_shape(dtype),
-            scalar=_warp_internals.scalar_type(dtype),
+            scalar=_warp_types.scalar_type(dtype),
             concrete=dtype,
             spec=dtype,
         )
@@ -275,7 +275,7 @@ def _dtype_fits(actual: Any, hint: _Hint) -> bool:
             for want, have in zip(hint.inner, _dtypes.element_shape(actual), strict=True)
         ):
             return False
-        actual = _warp_internals.scalar_type(actual)
+        actual = _warp_types.scalar_type(actual)
     return hint.scalar is None or actual is hint.scalar
 
 

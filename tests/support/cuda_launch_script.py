@@ -33,7 +33,7 @@ import warp as wp  # noqa: E402
 
 import jarp.warp as jw  # noqa: E402
 from jarp.warp._plan._analysis import _writes  # noqa: E402
-from jarp.warp._upstream import _warp_internals  # noqa: E402
+from jarp.warp._upstream import _warp_types  # noqa: E402
 
 wp.config.log_level = wp.LOG_WARNING  # no banner, no per-module load lines
 
@@ -41,6 +41,7 @@ MODULES = (
     "tests.support.kernels",
     "tests.support.kernels64",
     "tests.support.kernels_ad",
+    "tests.support.kernels_block_dim",  # a tile kernel with its block dim
     "tests.support.kernels_bounds",
     "tests.support.kernels_corner_cases",
     "tests.support.kernels_dtypes",
@@ -67,8 +68,8 @@ def _value(t: Any) -> Any:
     """A made-up argument of Warp type ``t``: JAX arrays for arrays, NumPy values for values, dicts for structs."""
     if wp.types.is_array(t):
         return jnp.ones((N,) * t.ndim + tuple(getattr(t.dtype, "_shape_", ())), _np_dtype(t.dtype))
-    if _warp_internals.is_struct_type(t):
-        return {name: _value(field) for name, field in _warp_internals.struct_fields(t)}
+    if _warp_types.is_struct_type(t):
+        return {name: _value(field) for name, field in _warp_types.struct_fields(t)}
     if hasattr(t, "_shape_"):
         return np.ones(t._shape_, _np_dtype(t))
     return np.asarray(1, _np_dtype(t))[()]

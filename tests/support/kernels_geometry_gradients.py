@@ -1,6 +1,6 @@
 """Kernels reading the smooth fields of Warp's mesh queries, for `tests/warp/modules/test_geometry_gradients.py`.
 
-In a variant (`jarp.warp._plan._geometry_variants.vertex_reads`) each query's barycentrics, ray distance, normal
+In a variant (`jarp.warp._geometry._variants.vertex_reads`) each query's barycentrics, ray distance, normal
 and ray sign are recomputed from the vertices, so that their gradient with respect to the mesh points (and the
 query points, ray origins and directions) is exact. The kernels are few (each variant is a build of its own).
 """

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
-from jarp.warp._base import AbstractWarpModule
+from jarp.warp._module._base import AbstractWarpModule
 from tests.support import kernels as k
 
 ROLES = (

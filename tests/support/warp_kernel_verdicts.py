@@ -401,12 +401,12 @@ def _race_check(
     race["split_diff"] = "; ".join(d for d in diffs if d) or None
     progress("reorder")
     from jarp.warp._ffi._native import _ranged
-    from jarp.warp._upstream import _warp_internals
+    from jarp.warp._upstream import _warp_launches
 
     try:
         import warp as wp
 
-        address = _ranged.ranged_cpu_entry(kernel, _warp_internals.load_entry_points(kernel, wp.get_device("cpu")))
+        address = _ranged.ranged_cpu_entry(kernel, _warp_launches.load_entry_points(kernel, wp.get_device("cpu")))
     except Exception as e:
         race["reorder"] = f"no ranged entry: {type(e).__name__}: {sweep._first_line(e)}"
         return race

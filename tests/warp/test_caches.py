@@ -47,6 +47,24 @@ def _lru_cached_functions() -> set[str]:
 NOT_CACHES = {"jarp.warp.types._cached_vector", "jarp.warp.types._cached_matrix"}
 
 
+def _lru_caches_made_by_calls() -> list[str]:
+    """``path:line`` of every ``lru_cache(...)(function)`` jarp makes by calling (not decorating)."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+                target = node.func.func
+                if isinstance(target, ast.Attribute) and target.attr in ("lru_cache", "cache"):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_lru_caches_made_by_calls_are_in_the_table() -> None:
+    # the energies memoise one custom_jvp function per parameter layout, per derivative kind
+    assert _lru_caches_made_by_calls() == ["warp/_energy.py:152"]
+    assert {"jarp.warp._energy._energy_rule", "jarp.warp._energy._gradient_rule"} <= set(_cache_table.names())
+
+
 def test_every_lru_cache_in_jarp_is_in_the_table() -> None:
     found = _lru_cached_functions()
     assert "jarp.warp._plan._analysis._generated.write_sites" in found  # the scan sees them

@@ -1,5 +1,10 @@
 """The package's layout is its call flow: stages import only downwards, nothing imports in a cycle.
 
+The top level of ``jarp/warp/`` is the public face: each file there holds a family of public names, and the
+package's ``__init__`` imports public names only from those files and from the geometry package's ``__init__``.
+The machinery the module kinds share (`_module`) and the geometry package sit above the stages; no stage imports
+them, and nothing outside ``jarp.warp`` imports a stage.
+
 ``jarp.warp`` is split into stages (see each subpackage's docstring): the upstream stage (`_upstream`, private
 Warp/JAX/XLA names) imports nothing of jarp; the plan stage (`_plan`) imports only upstream; the FFI stage
 (`_ffi`) imports the plan stage and upstream; the JAX stage (`_jax`) imports the FFI stage and below; the
@@ -22,8 +27,9 @@ PACKAGE = Path(jarp.warp.__file__).parent
 # Lower rank = lower stage; a module may import modules of its own rank or below.
 STAGES = {"_upstream": 0, "_plan": 1, "_ffi": 2, "_jax": 3}
 TOP = 4
-# Packages above the stages: each one feature's machinery, imported by the public modules, never by a stage.
-FEATURES = {"_geometry"}
+# Packages above the stages, never imported by a stage: the machinery the two module kinds share (`_module`) and
+# each feature that spans stages (`_geometry`, whose ``__init__`` is also the public face of its pytrees).
+FEATURES = {"_geometry", "_module"}
 
 
 def _module_name(path: Path) -> str:
@@ -93,7 +99,9 @@ def test_a_stage_imports_only_its_own_stage_and_lower_ones(module: str) -> None:
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if _rank(m) == 0))
 def test_upstream_imports_nothing_of_jarp(module: str) -> None:
-    assert not GRAPH[module], f"{module} imports {sorted(GRAPH[module])}"
+    # but modules of its own stage (the lock table, the Warp modules one concern uses of another)
+    others = {m for m in GRAPH[module] if not m.startswith("jarp.warp._upstream")}
+    assert not others, f"{module} imports {sorted(others)}"
 
 
 def test_no_import_cycle() -> None:
@@ -140,7 +148,9 @@ def _warp_private_uses(path: Path) -> list[str]:
     "path", [p for p in sorted(PACKAGE.rglob("*.py")) if "_upstream" not in p.parts], ids=lambda p: p.name
 )
 def test_warps_private_names_are_read_only_in_upstream(path: Path) -> None:
-    assert _warp_private_uses(path) == [], f"{path.relative_to(PACKAGE)}: use `_upstream._warp_internals` instead"
+    assert _warp_private_uses(path) == [], (
+        f"{path.relative_to(PACKAGE)}: read Warp's internals in an `_upstream._warp_*` module"
+    )
 
 
 def test_the_private_name_checker_sees_them(tmp_path: Path) -> None:
@@ -153,7 +163,7 @@ def test_the_private_name_checker_sees_them(tmp_path: Path) -> None:
 
 def test_the_checker_sees_imports() -> None:
     # The tests above must be able to fail: the graph holds known downward imports of each stage.
-    assert "jarp.warp._upstream._warp_internals" in GRAPH["jarp.warp._plan._binding"]
+    assert "jarp.warp._upstream._warp_types" in GRAPH["jarp.warp._plan._binding"]
     assert "jarp.warp._plan._values" in GRAPH["jarp.warp._ffi._executors"]
     assert "jarp.warp._ffi._target" in GRAPH["jarp.warp._jax._lowering"]
     assert _rank("jarp.warp._jax._lowering") > _rank("jarp.warp._ffi._target") > _rank("jarp.warp._plan._values")
@@ -197,3 +207,74 @@ def test_the_underscore_name_checker_sees_them(tmp_path: Path) -> None:
     probe.write_text("from ._values import _hidden, Plan\nfrom . import _values\nfrom .._upstream._x import _ok\n")
     found = _private_names_imported(probe, "jarp.warp._plan._probe")
     assert found == ["line 1: _hidden from jarp.warp._plan._values"]
+
+
+TOP_FILES = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", TOP_FILES, ids=lambda p: p.name)
+def test_each_top_level_file_is_a_public_family(path: Path) -> None:
+    # a newcomer reading the listing of jarp/warp/ sees the public API: every file there gives public names
+    module = __import__(f"jarp.warp.{path.stem}", fromlist=["_"])
+    public = {n for n in jarp.warp.__all__ if getattr(jarp.warp, n) is getattr(module, n, None)}
+    assert public or path.stem == "types", f"{path.name} holds no public name of jarp.warp: move it into a package"
+
+
+def _init_sources() -> list[tuple[int, str]]:
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    return [(n.lineno, n.module or "") for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1]
+
+
+def test_the_package_imports_public_names_only_from_the_public_face() -> None:
+    faces = {p.stem for p in TOP_FILES} | {"_geometry"}
+    sources = _init_sources()
+    assert sources, "the checker sees no import"
+    wrong = [f"line {line}: from .{module}" for line, module in sources if module and module not in faces]
+    assert wrong == [], "jarp/warp/__init__.py imports public names from the machinery: add a top-level file"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _rank(m) < TOP))
+def test_no_stage_imports_the_module_or_geometry_packages(module: str) -> None:
+    reached = sorted(m for m in GRAPH[module] if m.split(".")[2:3] and m.split(".")[2] in FEATURES)
+    assert reached == [], f"{module} imports {reached}: hand it on in the binding or the plan, or through a hook"
+
+
+def test_nothing_outside_jarp_warp_imports_a_stage() -> None:
+    outside = {_module_name(p): _imports(p) for p in sorted(PACKAGE.parent.rglob("*.py")) if PACKAGE not in p.parents}
+    outside.pop("jarp.warp", None)
+    assert outside, "the checker sees no module outside jarp.warp"
+    wrong = {m: sorted(d for d in deps if d.startswith("jarp.warp.") and _rank(d) < TOP) for m, deps in outside.items()}
+    assert {m: d for m, d in wrong.items() if d} == {}
+
+
+TESTS = PACKAGE.parent.parent / "tests"
+
+
+def _test_module_imports(source: str, own: str) -> list[str]:
+    """The test modules other than ``own`` that ``source`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        found += [
+            f"line {node.lineno}: {n}"
+            for n in names
+            if n.startswith("tests.") and n.split(".")[-1].startswith("test_") and n != own
+        ]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_test_imports_another_tests_code(path: Path) -> None:
+    # shared kernels, scripts and checks live in tests/support/, so each test file stands alone
+    own = ".".join(path.relative_to(TESTS.parent).with_suffix("").parts)
+    assert _test_module_imports(path.read_text(), own) == []
+
+
+def test_the_test_import_checker_sees_them() -> None:
+    source = "from tests.warp.modules import test_struct\nfrom tests.support import kernels\nimport jax.test_util\n"
+    assert _test_module_imports(source, "tests.warp.x.test_y") == ["line 1: tests.warp.modules.test_struct"]
+    assert _test_module_imports("from tests.warp.x.test_y import f\n", "tests.warp.x.test_y") == []

@@ -3,7 +3,7 @@
 - `_target`: registers jarp's FFI targets and holds the callback XLA calls (frame -> executor -> run).
 - `_frame`: reading and checking a call frame (attributes are untrusted; buffers must match the plan).
 - `_executors`: the per-(plan, device) executors, prepared once and dropped with their plan; the executors are
-  `_kernel_executors` (CPU and CUDA launches) and `_callable_executor`, on `_executor_base`; `_locks`: the lock order.
+  `_kernel_executors` (CPU and CUDA launches) and `_callable_executor`, on `_executor_base`; `_locks`: its two locks (the order of all: `_upstream._locks`).
 - `_arg_blocks`: a kernel launch's argument blocks and CUDA parameter list, from the plan alone.
 - `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
 - `_registry`: the live plans by handle, and the leases executables hold on them.

@@ -19,10 +19,10 @@ import warp as wp
 
 from .._plan import _dtypes
 from .._plan._values import Plan
-from .._upstream import _warp_internals
+from .._upstream import _warp_launches
 from . import _buffer_sizes, _struct_bytes
 
-_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
+_GRAD_OFFSET = _warp_launches.ArrayStruct.grad.offset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +114,8 @@ def argument_block(plan: Plan, block: int) -> ArgumentBlock:
             src = 0 if shaped.source == "operand" else 1
             buf = buffers[src][shaped.index]
             element_bytes = buf.dtype.itemsize * math.prod(spec.inner_shape)
-            arr = _warp_internals.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
-            fields.append((spec.name, _warp_internals.ArrayStruct))
+            arr = _warp_launches.contiguous_array(spec.warp_ndim, buf.shape[: spec.warp_ndim], element_bytes)
+            fields.append((spec.name, _warp_launches.ArrayStruct))
             values.append(arr)
             if binding.source != "none":
                 pointers.append((spec.name, 0, src, binding.index))  # array_t.data is its first field
@@ -174,5 +174,5 @@ def cuda_params(templates: list[ctypes.Structure], bounds: ctypes.Structure) -> 
 def plan_cuda_params(plan: Plan, block_dim: int) -> list[CudaParam]:
     """The CUDA parameters a launch of ``plan`` passes, with ``block_dim`` threads per block (no device needed)."""
     templates = [argument_block(plan, b).template for b in range(2 if plan.adjoint else 1)]
-    bounds = _warp_internals.launch_bounds(plan.target, plan.launch_dims, block_dim)
+    bounds = _warp_launches.launch_bounds(plan.target, plan.launch_dims, block_dim)
     return cuda_params(templates, bounds)

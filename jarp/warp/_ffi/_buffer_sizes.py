@@ -32,7 +32,7 @@ import numpy as np
 import warp as wp
 
 from .._plan._values import Plan, Runs
-from .._upstream import _warp_internals
+from .._upstream import _warp_kernels, _warp_launches, _warp_types
 from . import _errors
 
 _SOURCES = ("operand", "result")
@@ -81,7 +81,7 @@ class ArrayView:
         Returns:
             The view, with ``ndim``, ``shape`` and ``strides`` as Warp will read them.
         """
-        arr = _warp_internals.ArrayStruct.from_buffer_copy(raw, offset)
+        arr = _warp_launches.ArrayStruct.from_buffer_copy(raw, offset)
         ndim = int(arr.ndim)
         return cls(ndim=ndim, shape=tuple(arr.shape[:ndim]), strides=tuple(arr.strides[:ndim]), **where)
 
@@ -103,7 +103,7 @@ def kernel_param_types(plan: Plan) -> tuple[Any, ...]:
         BufferSizeError: if the kernel takes another number of parameters than the plan passes (the argument
             block would not be the kernel's struct at all).
     """
-    params = _warp_internals.kernel_params(plan.target)
+    params = _warp_kernels.kernel_params(plan.target)
     if len(params) != len(plan.params):
         raise BufferSizeError(
             f"{_module(plan)}: the plan passes {len(plan.params)} parameter(s) "
@@ -118,7 +118,7 @@ def field_type(param_type: Any, path: Sequence[str]) -> Any:
     """Warp's annotation of the struct field at ``path`` (the parameter's name first, then the field names)."""
     t = param_type
     for name in path[1:]:
-        t = dict(_warp_internals.struct_fields(t))[name]
+        t = dict(_warp_types.struct_fields(t))[name]
     return t
 
 

@@ -4,16 +4,15 @@ adjoint through a ``wp.Tape``; and `current_call`, the call site a function runs
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import warp as wp
 
-from .._plan import _dtypes, _geometry_adjoints
+from .._plan import _dtypes
 from .._plan._values import Binding, Plan
-from .._upstream import _warp_internals, _xla_ffi
+from .._upstream import _warp_kernels, _warp_launches, _xla_ffi
 from . import _buffer_sizes, _errors, _locks, _struct_bytes
 from ._executor_base import Executor, check_load_during_capture, memmove, memset
 
@@ -72,10 +71,10 @@ class CallableExecutor(Executor):
                 return
             # The function's first run builds and loads the Warp modules of the kernels it launches
             # (through wp.launch); Warp's building is not thread-safe, so it runs under Warp's lock. The executors'
-            # lock comes first (the lock order at `_locks`): a jarp module the function calls prepares its executor
+            # lock comes first (the lock order: `_upstream._locks.ORDER`): a jarp module the function calls prepares its executor
             # under `_locks.executors`, which must not be taken while Warp's lock is held without it (`get_executor`, on another
             # thread, holds `_locks.executors` and waits for Warp's lock).
-            with _locks.executors, _warp_internals.warp_lock():
+            with _locks.executors, _warp_kernels.warp_lock():
                 self._run(frame)
             self.warm = True
 
@@ -93,16 +92,16 @@ class CallableExecutor(Executor):
                 memset(res[j], 0, nbytes)
         else:
             cuda_stream = _xla_ffi.get_stream(frame)
-            capturing = _warp_internals.stream_is_capturing(cuda_stream)
+            capturing = _warp_launches.stream_is_capturing(cuda_stream)
             if capturing and not self.warm:
                 check_load_during_capture(plan, self.device, cuda_stream, first_run=True)
             # ScopedStream makes the stream the device's current one and the device Warp's current device.
             scope = wp.ScopedStream(wp.Stream(self.device, cuda_stream=cuda_stream), sync_enter=False)
             for i, j, nbytes in self.copies:
                 if ops[i] != res[j]:
-                    _warp_internals.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
+                    _warp_launches.cuda_copy(self.device, res[j], ops[i], nbytes, cuda_stream)
             for j, nbytes in self.zero:
-                _warp_internals.cuda_memset(self.device, res[j], nbytes, cuda_stream)
+                _warp_launches.cuda_memset(self.device, res[j], nbytes, cuda_stream)
         stream = None if self.device.is_cpu else cuda_stream  # pyright: ignore[reportPossiblyUnboundVariable]  # set off the CPU above
         with scope:
             if not capturing:
@@ -114,7 +113,7 @@ class CallableExecutor(Executor):
             with wp.ScopedCapture(external=True) as capture:
                 self._slices(ops, res, stream)
             self.capture = capture
-            for module in _warp_internals.capture_modules(capture):
+            for module in _warp_launches.capture_modules(capture):
                 self.captured_modules.setdefault(id(module), module)
 
     def _slices(self, ops: Sequence[int], res: Sequence[int], stream: int | None) -> None:
@@ -155,52 +154,44 @@ class CallableExecutor(Executor):
         # before the launch first, as a kernel's backward entry point sees them.
         before = [wp.clone(a, requires_grad=False) for a in in_out]
         tape = wp.Tape()
-        # The tape keeps the arrays its launches name, but a structure a kernel takes by id (a wp.Mesh the function
-        # builds from its input) is a local of the function, freed when it returns: playing the tape back would
-        # then read a freed id. Keep every structure the function's frames held until the tape has been played back.
-        kept = _StructuresKept()
-        previous = sys.getprofile()
-        sys.setprofile(kept)
-        try:
-            with tape:
-                func(*args)
-        finally:
-            sys.setprofile(previous)
-        if not getattr(func, "gradients_checked", False):  # a kernel given structures: refused while tracing
-            _refuse_dropped_gradients(tape, kept.objects, self.plan.name)
+        run: TapedRun = getattr(func, "jarp_taped_run", None) or _taped_run
+        kept = run(func, args, tape, self.plan.name)
         for a, value in zip(in_out, before, strict=True):
             wp.copy(a, value)
         tape.backward()
-        kept.objects.clear()
+        del kept  # held until the tape has been played back (see `TapedRun`)
 
 
-def _refuse_dropped_gradients(tape: wp.Tape, structures: list[Any], plan_name: str) -> None:
-    """Raise where the function built a mesh from a differentiated input and a taped kernel drops a mesh's gradient.
+class TapedRun(Protocol):
+    """How a callable's function runs under the tape of its reverse pass (`set_taped_run`).
 
-    A mesh built from an array with a gradient buffer (an input JAX differentiates) would get a silent zero from
-    Warp's adjoint of such a builtin (`_geometry_adjoints`). Which mesh a kernel queries is not always visible (an
-    id in a struct or an array), so any such kernel counts.
+    Runs ``func(*args)`` with ``tape`` recording (``name`` names the call in messages) and returns what must stay
+    alive until the tape has been played back (the executor holds it until then).
     """
-    differentiated = {
-        f
-        for s in structures
-        for f in ("points", "velocities")
-        if getattr(getattr(s, f, None), "grad", None) is not None
-    }
-    if not differentiated:
-        return
-    for kernel, _ in _warp_internals.tape_launches(tape):
-        drops = [d for d in _geometry_adjoints.dropped(kernel) if d.field in differentiated]
-        if drops:
-            field = drops[0].field
-            builtins = ", ".join(dict.fromkeys(d.builtin for d in drops if d.field == field))
-            raise ValueError(
-                f"{plan_name}: the function built a wp.Mesh from a differentiated input, and kernel {kernel.key!r} "
-                f"reads a mesh's {field} through {builtins}, whose adjoint in Warp drops the gradient with respect "
-                "to them (it would be a silent zero); read the vertices as arrays instead (m = wp.mesh_get(id); "
-                "m.points[m.indices[3 * face + k]]), or stop the input's gradient (jax.lax.stop_gradient) if the "
-                "dependence is to be ignored."
-            )
+
+    def __call__(self, func: Callable[..., Any], args: list[Any], tape: wp.Tape, name: str) -> object: ...
+
+
+def plain_taped_run(func: Callable[..., Any], args: list[Any], tape: wp.Tape, name: str) -> object:
+    """Run ``func(*args)`` under ``tape``: what a taped run is when no feature asks for more."""
+    with tape:
+        func(*args)
+    return None
+
+
+_taped_run: TapedRun = plain_taped_run
+
+
+def set_taped_run(run: TapedRun) -> None:
+    """Install how a callable's function runs under the tape of its reverse pass.
+
+    The hook of the features above the stages that must see what a function does while it is taped (the geometry
+    package keeps the Warp structures the function builds alive until the tape is played back, and refuses their
+    dropped gradients), so that this stage imports none of them. A launcher that knows better (a call given jarp's
+    structures) brings its own as its ``jarp_taped_run`` attribute.
+    """
+    global _taped_run
+    _taped_run = run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,20 +218,6 @@ _current = threading.local()
 def current_call() -> CallSite | None:
     """The `CallSite` of the callable plan running on this thread; None outside one."""
     return getattr(_current, "site", None)
-
-
-class _StructuresKept:
-    """A profile function (``sys.setprofile``, this thread only) keeping the Warp structures of returning frames."""
-
-    def __init__(self) -> None:
-        self.objects: list[Any] = []
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        if event != "return":
-            return
-        for value in (*frame.f_locals.values(), arg):
-            if _warp_internals.is_structure(value):
-                self.objects.append(value)
 
 
 _errors.own_frames(__file__)

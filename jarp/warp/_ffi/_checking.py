@@ -23,13 +23,13 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._plan._values import Plan
+from .._upstream import _locks
 from . import _errors
 from ._callable_executor import CallableExecutor
 from ._executor_base import memset
@@ -42,7 +42,7 @@ ENV = "JARP_CHECKING"
 #: arithmetic of a kernel that reads the output before it writes it), -1 in every integer type.
 SENTINEL = 0xFF
 
-_lock = threading.Lock()
+_lock = _locks.make("checking")
 _enabled: bool | None = None  # None: not read from the environment yet
 _on_change: list[Callable[[], None]] = []
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._upstream import _xla_ffi
+from .._upstream import _locks, _xla_ffi
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ T = TypeVar("T")
 # an exception holds its traceback's frames alive (their locals are dropped: `release_frames`).
 _KEEP = 16
 _TOKEN = re.compile(r"jarp error (\d+): ")
-_lock = threading.Lock()
+_lock = _locks.make("own_frames")
 _pending: collections.OrderedDict[int, tuple[BaseException, str]] = collections.OrderedDict()
 _tokens = itertools.count(1)
 # The files of jarp's FFI code (each module adds itself with `own_frames`): their frames are left out of the

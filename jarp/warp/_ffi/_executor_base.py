@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._plan._values import Plan
-from .._upstream import _warp_internals, _xla_ffi
+from .._upstream import _warp_launches, _xla_ffi
 from . import _errors
 from ._frame import CallError, FrameBuffers
 
@@ -33,9 +33,9 @@ def check_load_during_capture(plan: Plan, device: Any, stream: int, first_run: b
     the first one included, so a module that is not loaded yet would load inside XLA's capture: refuse with
     `CallError` instead. ``first_run``: a callable's first run, which may load any module its function launches.
     """
-    if _warp_internals.loads_during_capture() or not _warp_internals.stream_is_capturing(stream):
+    if _warp_launches.loads_during_capture() or not _warp_launches.stream_is_capturing(stream):
         return
-    if not first_run and _warp_internals.module_loaded(plan.target, device, plan.block_dim):
+    if not first_run and _warp_launches.module_loaded(plan.target, device, plan.block_dim):
         return  # preloaded at trace time
     if first_run:
         what = "the Warp modules of the kernels the function launches are not loaded yet (they load on its first run)"

@@ -8,7 +8,7 @@ executable) run concurrently; callables run one at a time (`_locks.callables`). 
 launch as a descriptor, and the handler runs later calls with no Python.
 
 The executors themselves: `_executor_base` (what they share), `_kernel_executors`, `_callable_executor`; the lock
-order in `_locks`. The cache is keyed by ``(plan handle, device ordinal)`` (``-1`` for the CPU) and drops the executors
+order in `_upstream._locks`. The cache is keyed by ``(plan handle, device ordinal)`` (``-1`` for the CPU) and drops the executors
 of released plans (the registry's release hook).
 """
 
@@ -24,7 +24,7 @@ import warp as wp
 
 from .._plan import _cache_table
 from .._plan._values import Plan, Runs
-from .._upstream import _warp_internals, _xla_ffi
+from .._upstream import _warp_kernels, _warp_launches, _xla_ffi
 from . import _checking, _errors, _locks, _native
 from ._callable_executor import CallableExecutor
 from ._callable_executor import CallSite as CallSite
@@ -44,7 +44,7 @@ cpu_executors: dict[int, Executor | _PartitionedExecutor] = {}  # the CPU hot pa
 # The entry points (and so the loaded Warp code) of dropped kernel executors, kept while their kernel lives: a
 # launch already queued on a CUDA stream or captured in a command buffer may still run that code after the plan
 # was released. Keyed weakly by kernel, then by loaded module, so a kernel keeps one entry per build.
-_retained: weakref.WeakKeyDictionary[Any, dict[int, _warp_internals.EntryPoints]] = weakref.WeakKeyDictionary()
+_retained: weakref.WeakKeyDictionary[Any, dict[int, _warp_launches.EntryPoints]] = weakref.WeakKeyDictionary()
 
 
 def drop_executors(handles: list[int]) -> None:
@@ -53,12 +53,12 @@ def drop_executors(handles: list[int]) -> None:
     This is the one place the FFI stage learns of releases. A dropped kernel executor's loaded code is
     kept in `_retained` until its kernel is collected, so a release never unloads code that
     something still able to call the kernel might run. Code that jarp lets go of is unloaded under
-    Warp's lock (`_warp_internals.release_unloads`), here or at the next executor build.
+    Warp's lock (`_warp_launches.release_unloads`), here or at the next executor build.
     """
     _drop(handles)
     # The code of the entries dropped (and of kernels collected since the last safe point) is unloaded under
     # Warp's lock, never concurrently with a build; if another thread holds it, at the next safe point.
-    _warp_internals.release_unloads()
+    _warp_launches.release_unloads()
 
 
 def _drop(handles: list[int]) -> None:
@@ -97,7 +97,7 @@ class _Unloads:
 
     @staticmethod
     def cache_clear() -> None:
-        _warp_internals.release_unloads()
+        _warp_launches.release_unloads()
 
 
 _cache_table.register(_Unloads, "jarp.warp unloads of dropped Warp code")
@@ -105,7 +105,7 @@ _cache_table.register(_Unloads, "jarp.warp unloads of dropped Warp code")
 
 @contextlib.contextmanager
 def build_lock() -> Iterator[None]:
-    """Hold the executors' lock, then Warp's lock: the lock order (see `_locks`) for user code run under Warp's lock.
+    """Hold the executors' lock, then Warp's lock: the lock order (`_upstream._locks.ORDER`) for user code run under Warp's lock.
 
     Code jarp runs under Warp's lock that may call a jarp module (a generic callable's factory) takes this instead
     of Warp's lock alone: the module's executor is prepared under the executors' lock, which comes first.
@@ -113,7 +113,7 @@ def build_lock() -> Iterator[None]:
     Returns:
         A context manager holding both locks (re-entrant) while its block runs.
     """
-    with _locks.executors, _warp_internals.warp_lock():
+    with _locks.executors, _warp_kernels.warp_lock():
         yield
 
 
@@ -124,7 +124,7 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> Executo
     module, which `check_load_during_capture` refuses while XLA captures that frame's stream on a driver
     that cannot load modules during a capture.
     """
-    with _locks.executors, _warp_internals.warp_lock():  # an executor loads the kernel's module
+    with _locks.executors, _warp_kernels.warp_lock():  # an executor loads the kernel's module
         executor = executors.get(key)
         if executor is None:
             plan = _plan(key[0])
@@ -192,7 +192,7 @@ class _PartitionedExecutor:
         part.run(frame)
 
     def _part(self, local: tuple[int, ...], frame: int) -> Executor:
-        with _locks.executors, _warp_internals.warp_lock():
+        with _locks.executors, _warp_kernels.warp_lock():
             part = self.by_batch.get(local)
             if part is not None:
                 return part

@@ -13,7 +13,7 @@ import numpy as np
 from .._plan import _launch_checks
 from .._plan._analysis import _races
 from .._plan._values import Plan
-from .._upstream import _warp_internals, _xla_ffi
+from .._upstream import _warp_launches, _xla_ffi
 from . import _arg_blocks, _buffer_sizes, _errors, _native, _threads
 from ._executor_base import ENTRY_BACKWARD, ENTRY_FORWARD, Executor, memmove, memset
 from ._native import _guard, _ranged
@@ -25,13 +25,13 @@ class KernelExecutor(Executor):
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
         kernel = plan.target
-        self.entry = _warp_internals.load_entry_points(kernel, device, plan.block_dim)
+        self.entry = _warp_launches.load_entry_points(kernel, device, plan.block_dim)
         if self.adjoint and not self.entry.backward:
             raise RuntimeError(
                 f"kernel {kernel.key!r} has no backward entry point; its module was built with "
                 "enable_backward=False (set wp.config.enable_backward or the module option to True)."
             )
-        self.bounds = _warp_internals.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
+        self.bounds = _warp_launches.launch_bounds(kernel, plan.launch_dims, self.entry.block_dim)
         self.empty = math.prod(plan.launch_dims) == 0
         # (block, slot, source, index, per-slice offsets) for every pointer to patch per call
         self.slots: list[tuple[int, int, int, int, list[int]]] = []
@@ -81,7 +81,7 @@ class KernelExecutor(Executor):
             bounds=ctypes.addressof(self.bounds),
             entry=entry,
             cuda=self._cuda_launch(),
-            failure=_warp_internals.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
+            failure=_warp_launches.cuda_launch_failure(self.plan.target, self.entry, self.adjoint),
             keep=self.bounds,  # the memory the addresses point into (not the plan)
             code=self.entry,  # the code ``entry`` points into, while published (then `_retained` keeps it)
             tasks=math.prod(self.plan.launch_dims),
@@ -138,7 +138,7 @@ class CpuKernelExecutor(KernelExecutor):
         if self.empty:
             return
         if self.cooperative:
-            _warp_internals.cpu_block_error()  # clear a stale record
+            _warp_launches.cpu_block_error()  # clear a stale record
         if self.fast is not None:  # one slice, forward: the common case, kept lean
             block = self.words0.from_buffer_copy(self.raw0)
             for slot, src, index in self.fast:
@@ -230,7 +230,7 @@ class CpuKernelExecutor(KernelExecutor):
             )
 
     def _raise_block_error(self) -> None:
-        message = _warp_internals.cpu_block_error()
+        message = _warp_launches.cpu_block_error()
         if message:
             raise RuntimeError(f"Error launching kernel '{self.plan.target.key}' on device 'cpu': {message}")
 
@@ -241,10 +241,10 @@ class CudaKernelExecutor(KernelExecutor):
         _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
         super().__init__(plan, device)
         if not self.empty:  # as wp.launch checks the grid before it launches (once here: the dims are the plan's)
-            _warp_internals.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
+            _warp_launches.check_cuda_grid(plan.target, self.entry, int(self.bounds.size))
 
     def _cuda_launch(self) -> tuple[int, int, int, int, int, int, list[tuple[int, int]]] | None:
-        # The same parameters, in the same order, as `run` passes through `_warp_internals.cuda_launch`.
+        # The same parameters, in the same order, as `run` passes through `_warp_launches.cuda_launch`.
         params = [(p.block, p.offset) for p in self.cuda_params]
         smem = self.entry.backward_smem if self.adjoint else self.entry.forward_smem
         grid_stride = int(self.plan.target.grid_stride)
@@ -263,9 +263,9 @@ class CudaKernelExecutor(KernelExecutor):
         stream = _xla_ffi.get_stream(frame)
         for i, j, nbytes in self.copies:
             if ptrs[0][i] != ptrs[1][j]:
-                _warp_internals.cuda_copy(self.device, ptrs[1][j], ptrs[0][i], nbytes, stream)
+                _warp_launches.cuda_copy(self.device, ptrs[1][j], ptrs[0][i], nbytes, stream)
         for j, nbytes in self.zero:
-            _warp_internals.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
+            _warp_launches.cuda_memset(self.device, ptrs[1][j], nbytes, stream)
         if self.empty:
             return
         structs = [type(t).from_buffer_copy(raw[: ctypes.sizeof(t)]) for _, raw, t in self.blocks]
@@ -277,7 +277,7 @@ class CudaKernelExecutor(KernelExecutor):
         for s in range(self.nslices):
             for block, slot, src, index, offs in self.slots:
                 ctypes.c_uint64.from_buffer(structs[block], slot * 8).value = ptrs[src][index] + offs[s]
-            _warp_internals.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
+            _warp_launches.cuda_launch(self.plan.target, self.entry, self.bounds, addrs, stream, self.adjoint)
 
 
 _errors.own_frames(__file__)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import collections
 import os
-import threading
 import weakref
 from typing import Any
 
 from .._plan import _content
 from .._plan._values import Plan
+from .._upstream import _locks
 
 # The token of this process in the descriptions of plans that cannot be found again elsewhere.
 _LOCAL = os.urandom(8).hex()
@@ -87,7 +87,7 @@ class _Registry:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = _locks.make("registry")
         self._handles: dict[Plan, int] = {}
         self._plans: dict[int, Plan] = {}
         self._leases: dict[int, int] = {}

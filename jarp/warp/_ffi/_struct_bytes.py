@@ -18,11 +18,11 @@ import warp as wp
 
 from .._plan._arg_checks import normalize_value
 from .._plan._struct_layout import StructLayout, StructLeaf
-from .._upstream import _warp_internals
+from .._upstream import _warp_launches, _warp_types
 
-_DATA_OFFSET = _warp_internals.ArrayStruct.data.offset
-_GRAD_OFFSET = _warp_internals.ArrayStruct.grad.offset
-_ARRAY_T_SIZE = ctypes.sizeof(_warp_internals.ArrayStruct)
+_DATA_OFFSET = _warp_launches.ArrayStruct.data.offset
+_GRAD_OFFSET = _warp_launches.ArrayStruct.grad.offset
+_ARRAY_T_SIZE = ctypes.sizeof(_warp_launches.ArrayStruct)
 
 
 def pointer_slots(layout: StructLayout) -> tuple[int, ...]:
@@ -80,7 +80,7 @@ def struct_bytes(layout: StructLayout, array_shapes: Sequence[Sequence[int]], st
     for leaf, value in zip(layout.values, static_values, strict=True):
         parent, field = _parent(inst, leaf)
         setattr(parent, field, _warp_value(leaf, normalize_value(leaf, value)))
-    raw = bytearray(bytes(_warp_internals.struct_instance_ctype(inst)))
+    raw = bytearray(bytes(_warp_types.struct_instance_ctype(inst)))
     _write_arrays(raw, layout, array_shapes)
     return bytes(raw)
 
@@ -114,7 +114,7 @@ def _write_arrays(raw: bytearray, layout: StructLayout, array_shapes: Sequence[S
                 f"struct field {leaf.name!r} ({spec.phrase()}): shape {shape} has neither {spec.warp_ndim} dims "
                 f"nor {spec.jax_ndim} ending in {spec.inner_shape}."
             )
-        arr = _warp_internals.contiguous_array(
+        arr = _warp_launches.contiguous_array(
             spec.warp_ndim, shape, spec.np_dtype.itemsize * math.prod(spec.inner_shape)
         )
         raw[leaf.offset : leaf.offset + _ARRAY_T_SIZE] = bytes(arr)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from .._plan import _content
-from .._upstream import _xla_ffi
+from .._upstream import _locks, _xla_ffi
 from . import _errors, _native, _trampoline
 from ._executors import cpu_executors, executors, get_executor
 from ._frame import CallError, read_content_text
@@ -31,7 +30,7 @@ TARGET_NO_GRAPH = "jarp_warp_call_no_graph"
 ABI_VERSION = _content.ABI_VERSION
 STATE_TYPE = "jarp_plan_state"
 
-_register_lock = threading.Lock()
+_register_lock = _locks.make("ffi_register")
 _registered = False
 _FRAME_EXTENSION = _xla_ffi.FRAME_EXTENSION
 _RESOLVE_TYPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))

@@ -9,8 +9,9 @@ The Python launch path (``JARP_LAUNCH=python``) always runs on the calling threa
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
+
+from .._upstream import _locks
 
 ENV = "JARP_CPU_THREADS"
 PRIVATE_ENV = "JARP_CPU_PRIVATE_BYTES"
@@ -35,7 +36,7 @@ PRIVATE_BYTES = 64 << 20
 # as a FEM launch over 1e4 elements, so calls in quick succession would each wait for it (``linger`` in the handler).
 LINGER_US = 100
 
-_lock = threading.Lock()
+_lock = _locks.make("threads")
 _sinks: list[Callable[[int, int, int, int, int, int, int], None]] = []
 
 

@@ -15,20 +15,19 @@ every call.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import warp as wp
 
-from .._upstream import _xla_ffi
+from .._upstream import _locks, _xla_ffi
 from . import _errors, _target, _trampoline
 
 _SHORT = {"cpu": "cpu", "CUDA": "cuda"}  # XLA platform name -> ExecutionContext.platform
 _RESERVED = (_target.TARGET, _target.TARGET_NO_GRAPH)
 
-_lock = threading.Lock()
+_lock = _locks.make("user_callbacks")
 # name -> (func, graph_compatible); the trampolines read the function from here at every call
 _callbacks: dict[str, tuple[Callable[..., Any], bool]] = {}
 # name -> {XLA platform: the address of its trampoline}, registered once per name

@@ -15,10 +15,17 @@ A call given a structure (`jarp.warp.Mesh`, `Bvh`, `HashGrid`, `Volume`) flows t
 3. `_builds`: inside the call (jarp's Python path, `_ffi._executors.current_call`), `obtain` builds or refits each
    structure and keeps it in the call's store as long as a compiled program can launch it.
 
-The gradient checks and the kernel variant whose mesh builtins read the vertices as arrays are judged on the code
-Warp generates, in the plan stage (`_plan._geometry_adjoints`, `_plan._geometry_variants`, whose Warp functions are in `_plan._geometry_funcs`).
+4. The gradients, judged on the code Warp generates: `_adjoints` finds the reads of a structure whose gradient
+   Warp's adjoint drops; `_variants` derives the kernel variant whose mesh builtins read the vertices as arrays
+   (calling the Warp functions of `_funcs` instead), so that every query differentiates; `_replays` is the taped
+   run of a callable's reverse pass, which keeps the structures a function builds itself until the tape is played
+   back (the FFI stage reaches it through `_ffi._callable_executor.set_taped_run`, installed below, never by an
+   import).
 """
 
+from .._ffi import _callable_executor
+from ._adjoints import Drop as Drop
+from ._adjoints import dropped as dropped
 from ._builds import counts as counts
 from ._calls import CALLABLE_DROPS as CALLABLE_DROPS
 from ._calls import Launcher as Launcher
@@ -29,9 +36,14 @@ from ._calls import is_structure as is_structure
 from ._calls import launch as launch
 from ._calls import match_query_precision as match_query_precision
 from ._calls import output_dims as output_dims
+from ._replays import taped_run
 from ._structures import AbstractStructure as AbstractStructure
 from ._structures import Bvh as Bvh
 from ._structures import HashGrid as HashGrid
 from ._structures import Mesh as Mesh
 from ._structures import Recipe as Recipe
 from ._structures import Volume as Volume
+from ._variants import vertex_reads as vertex_reads
+
+# The FFI stage runs a callable's reverse pass through this hook: functions may build structures of their own.
+_callable_executor.set_taped_run(taped_run)

@@ -8,7 +8,7 @@ objects. That callable runs on jarp's Python path, one call per ``vmap`` slice (
 and is differentiated like any callable: the reverse pass replays the launcher under a ``wp.Tape`` with each
 array's gradient buffer attached, so a kernel reading ``wp.mesh_get(id).points`` accumulates the points'
 gradient. Where the kernel reads the structure through a builtin whose adjoint drops that gradient
-(`_plan._geometry_adjoints`), differentiating with respect to the arrays raises instead of returning a zero.
+(`_adjoints`), differentiating with respect to the arrays raises instead of returning a zero.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from .._plan import _geometry_adjoints
+from .._ffi._callable_executor import plain_taped_run
 from .._plan._analysis import _builtins, _writes
 from .._plan._arg_spec import describe_type
+from ._adjoints import Drop
 from ._builds import obtain
+from ._replays import taped_run
 from ._structures import AbstractStructure, HashGrid, Recipe
 
 
@@ -71,14 +73,16 @@ class Launcher(eqx.Module):
         """The factory of the module the user called, for messages (`_jax._primitive.forward_mode_error`)."""
         return "jax_kernel()" if self.launch is not None else "jax_callable()"
 
-    # A call given structures takes no jvp=/vjp= rules (`_base.AbstractWarpModule.__call__` refuses them).
+    # A call given structures takes no jvp=/vjp= rules (`_module._base.AbstractWarpModule.__call__` refuses them).
     jarp_takes_rules = False
 
-    @property
-    def gradients_checked(self) -> bool:
-        """Whether the launch's dropped gradients were refused while tracing (a kernel's, `guard_gradients`), so the
-        replay need not look (`_ffi._callable_executor`); a function's kernels are seen only when they run."""
-        return self.launch is not None
+    def jarp_taped_run(self, func: Callable[..., Any], args: list[Any], tape: wp.Tape, name: str) -> object:
+        """The taped run of the reverse pass (`_ffi._callable_executor.TapedRun`): a kernel's structures live in the
+        call's store and its dropped gradients were refused while tracing (`guard_gradients`), so it runs plainly; a
+        function's kernels are seen only when they run, and it may build structures of its own (`_replays`)."""
+        if self.launch is not None:
+            return plain_taped_run(func, args, tape, name)
+        return taped_run(func, args, tape, name)
 
     def __call__(self, *args: Any) -> None:
         values: list[Any] = []
@@ -106,7 +110,7 @@ def launch(
     what: str,
     *,
     launch: tuple[tuple[int, ...], int, int | None] | None,
-    drops: tuple[_geometry_adjoints.Drop, ...] | None,
+    drops: tuple[Drop, ...] | None,
     **options: Any,
 ) -> tuple[jax.Array, ...]:
     """Run a module call given structures: the structures' arrays become operands of a callable whose function (a
@@ -122,7 +126,7 @@ def launch(
         what: the module, for messages.
         launch: a kernel's ``(launch dims, number of inputs, block dim)``; None for a function.
         drops: where Warp's adjoint drops a structure array's gradient, when the module is differentiated
-            (`_geometry_adjoints.dropped`, or `CALLABLE_DROPS`); None when it is not.
+            (`_adjoints.dropped`, or `CALLABLE_DROPS`); None when it is not.
         **options: the inner callable's options (``num_outputs``, ``output_dims``...).
 
     Returns:
@@ -289,14 +293,14 @@ _QUERY_CALL = re.compile(r"^\s*(var_\w+)\s*=\s*wp::hash_grid_query\(")
 
 
 def guard_gradients(
-    args: tuple[Any, ...], names: tuple[str, ...], drops: tuple[_geometry_adjoints.Drop, ...], what: str
+    args: tuple[Any, ...], names: tuple[str, ...], drops: tuple[Drop, ...], what: str
 ) -> tuple[Any, ...]:
     """Structures whose gradient Warp's adjoint would drop get arrays that refuse to be differentiated.
 
     Args:
         args: the call's arguments.
         names: the parameter name of each argument.
-        drops: where the launch drops a structure field's gradient (`_geometry_adjoints.dropped`), each naming
+        drops: where the launch drops a structure field's gradient (`_adjoints.dropped`), each naming
             the parameter it reads, or None where it may read any.
         what: the module, for messages.
     """
@@ -323,7 +327,7 @@ def guard_gradients(
 
 # A function's kernels are seen only when they run (the taped replay checks meshes); a volume's values never have a
 # gradient in Warp (its samplers' adjoints reach the sample point only), whatever the function launches.
-CALLABLE_DROPS = (_geometry_adjoints.Drop("values", "Warp's volume samplers (wp.volume_sample...)", None),)
+CALLABLE_DROPS = (Drop("values", "Warp's volume samplers (wp.volume_sample...)", None),)
 
 
 def _message(what: str, name: str, field: str, builtins: tuple[str, ...], structure: AbstractStructure) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 import warp as wp
 from jaxtyping import Array, Float, Int
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ class AbstractStructure(eqx.Module):
     # The Warp class built (wp.Mesh...), and the (field, Warp annotation) of each array it can be built from.
     warp_type: ClassVar[type]
     _array_fields: ClassVar[tuple[tuple[str, Any], ...]]
-    # The fields whose gradients Warp's query builtins may drop (`_plan._geometry_adjoints`).
+    # The fields whose gradients Warp's query builtins may drop (`_adjoints`).
     _differentiable: ClassVar[tuple[str, ...]]
     # Whether a built structure can be brought up to date (`update`); one that cannot is kept alone per slot.
     reusable: ClassVar[bool] = True
@@ -517,14 +517,14 @@ class HashGrid(AbstractStructure):
     @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.HashGrid:
         points = arrays["points"]
-        grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=_warp_internals.scalar_type(points.dtype))
+        grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=_warp_types.scalar_type(points.dtype))
         grid.build(points, recipe.option("radius"))
         return grid
 
     @classmethod
     def update(cls, recipe: Recipe, built: wp.HashGrid, arrays: dict[str, wp.array]) -> bool:
         points = arrays["points"]
-        if _warp_internals.scalar_type(points.dtype) is not built.dtype:
+        if _warp_types.scalar_type(points.dtype) is not built.dtype:
             return False
         built.build(points, recipe.option("radius"))
         return True

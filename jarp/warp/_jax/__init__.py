@@ -7,5 +7,5 @@
 - `_linear`: the primitive ``jarp_linear``, a linear map with a user transpose (the tangent of those rules).
 
 Receives: a `Plan` (from the plan stage) and operands. Hands on: a custom call of the FFI target naming the
-plan. Never imports: the public modules (`jarp.warp._kernel`, `_callable`, `_base`...).
+plan. Never imports: the public modules (`jarp.warp._kernel`, `_callable`...), the `_module` or `_geometry` packages.
 """

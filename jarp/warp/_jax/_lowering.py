@@ -22,7 +22,7 @@ from .._ffi import _target
 from .._ffi._registry import registry
 from .._plan import _content, _launch_checks
 from .._plan._values import Plan, Runs
-from .._upstream import _jax_internals, _warp_internals
+from .._upstream import _jax_internals, _warp_launches
 
 
 def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
@@ -30,7 +30,7 @@ def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
     del config
     platforms = getattr(ctx.module_context, "platforms", ())
     if "cpu" in platforms:
-        _warp_internals.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
+        _warp_launches.check_cpu_support(plan.name)  # an error here, not from inside the compiled call
     if "cuda" in platforms and plan.runs is Runs.KERNEL:  # Warp's deterministic mode: hidden CUDA parameters
         _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
     _target.ensure_registered()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
@@ -56,19 +57,21 @@ def call_with_rules(
             mode then pulls back through it (one adjoint launch) instead of transposing ``jvp``.
     """
     args = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    diff = [i for i, a in enumerate(args) if _dtypes.is_float_array(a)]
-    static = {i: a for i, a in enumerate(args) if i not in diff}
-    for i, a in static.items():
-        if isinstance(a, jax.core.Tracer) and _dtypes.is_inexact(a.dtype):
+    # The floating-point array arguments are differentiated, the rest held static: `eqx.partition` by a prefix of
+    # one flag per argument (a struct argument stays whole), `eqx.combine` to put them back together.
+    flags = [_dtypes.is_float_array(a) for a in args]
+    diff = [i for i, flag in enumerate(flags) if flag]
+    _, static = eqx.partition(args, flags)
+    for i, a in enumerate(static):
+        if not flags[i] and isinstance(a, jax.core.Tracer) and _dtypes.is_inexact(a.dtype):
             raise TypeError(
                 f"{what}: argument {i} is a traced scalar, which custom derivative rules do not differentiate; "
                 "pass it as a one-element array parameter, or as a Python number (static)."
             )
 
     def merge(diff_values: Sequence[Any]) -> list[Any]:
-        full = dict(static)
-        full.update(zip(diff, diff_values, strict=True))
-        return [full[i] for i in range(len(args))]
+        values = iter(diff_values)
+        return eqx.combine([next(values) if flag else None for flag in flags], static)
 
     def f(*diff_values: Any) -> tuple[jax.Array, ...]:
         return tuple(primal(*merge(diff_values)))

@@ -13,9 +13,7 @@ The flow, one file a step:
    them and the branches it folds; which inputs and struct fields it writes; which outputs it overwrites; which
    arrays it indexes with its thread index; whether a CPU launch may be split across threads, with private copies
    of what it accumulates, and its estimated work), `_runtime_scalars` (the kernel variants that read runtime
-   values, and the bounds-checked build), `_geometry_adjoints` (which reads of a Warp structure lose their gradient
-   in Warp's adjoint), `_geometry_variants` (the variant reading mesh vertices as arrays; its Warp functions in
-   `_geometry_funcs`), `_static_keys`,
+   values, and the bounds-checked build), `_static_keys`,
    `_preload`.
 5. `_builder`: builds the `Plan` value (`_values`) the JAX stage carries.
 6. `_content`: a plan's content text (canonical, nothing process-local) for compiled programs

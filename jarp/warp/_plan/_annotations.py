@@ -28,15 +28,16 @@ import contextlib
 import functools
 import inspect
 import sys
-import threading
 import weakref
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+from .._upstream import _locks
+
 # The local variables of the factory call that created each function (weakly keyed by that function).
 _factory_scopes: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, Any]] = weakref.WeakKeyDictionary()
-_scopes_lock = threading.Lock()
+_scopes_lock = _locks.make("annotation_scopes")
 
 
 def _name(func: Any) -> str:

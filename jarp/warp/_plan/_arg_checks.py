@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 from . import _dtypes
 from ._arg_spec import ArgSpec
 from ._struct_layout import StructLeaf, is_warp_scalar
@@ -37,7 +37,7 @@ def structure_hint(value: Any) -> str | None:
     Returns:
         The hint, or None when ``value`` is no Warp structure.
     """
-    if not _warp_internals.is_structure(value):
+    if not _warp_types.is_structure(value):
         return None
     cls = type(value)
     name = cls.__name__
@@ -217,7 +217,7 @@ def normalize_value(leaf: StructLeaf, value: Any, what: str = "jarp", subject: s
 
 
 def _composite_to_nested(value: Any) -> list[Any]:
-    shape = _warp_internals.vector_shape(type(value))
+    shape = _warp_types.vector_shape(type(value))
     if len(shape) == 1:
         return [getattr(value[i], "value", value[i]) for i in range(shape[0])]
     return [[getattr(value[i, j], "value", value[i, j]) for j in range(shape[1])] for i in range(shape[0])]

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 from . import _dtypes
 
 MAX_WARP_NDIM = 4
@@ -97,15 +97,15 @@ def _dtype_name(dtype: Any) -> str:
         return "Any"
     if isinstance(dtype, type) and name and getattr(wp, name, None) is dtype and not wp.types.type_is_value(dtype):
         return f"wp.{name}"  # a Warp class with a public name (wp.Texture2D, wp.Mesh, wp.handle)
-    if _warp_internals.is_struct_type(dtype):
-        return _warp_internals.struct_name(dtype)
+    if _warp_types.is_struct_type(dtype):
+        return _warp_types.struct_name(dtype)
     try:
         return wp.types.type_repr(dtype)
     except Exception:  # not a Warp type at all
         return repr(dtype)
 
 
-# What to do instead of each array kind jarp does not pass (see `_warp_internals.array_kind`).
+# What to do instead of each array kind jarp does not pass (see `_warp_types.array_kind`).
 _KIND_ADVICE = {
     "indexedarray": (
         "an indexed view (an array plus one index array per dim) that jarp does not build. Annotate it as a "
@@ -136,7 +136,7 @@ def array_kind_error(subject: str, warp_type: Any) -> TypeError | None:
             ``"struct field 'mesh.verts'"``.
         warp_type: an array annotation (``wp.types.is_array`` is true of it).
     """
-    kind = _warp_internals.array_kind(warp_type)
+    kind = _warp_types.array_kind(warp_type)
     if kind == "array":
         return None
     advice = _KIND_ADVICE.get(kind or "", "an array kind jarp does not know. Annotate it as a plain wp.array")
@@ -197,7 +197,7 @@ def arg_spec(name: str, warp_type: Any, *, in_out: bool = False, what: str = "ke
                 "vectors/matrices. Pass a struct's fields as separate arrays (or as a wp.struct of arrays)."
             )
         return ArgSpec(name, True, dtype, warp_type.ndim, _dtypes.element_shape(dtype), in_out)
-    if _warp_internals.is_struct_type(warp_type):
+    if _warp_types.is_struct_type(warp_type):
         raise TypeError(
             f"{what} parameter {name!r}: a wp.struct's spec needs its layout (see `_signature.param_spec`)."
         )

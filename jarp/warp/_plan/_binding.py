@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 from . import _dtypes
 from ._arg_checks import (
     LONG_DOUBLE_HINT,
@@ -153,9 +153,9 @@ def struct_like_fields(value: Any) -> list[tuple[str, Any]] | None:
         return None
     if isinstance(value, Mapping):
         return [(str(k), v) for k, v in value.items()]
-    inst_type = _warp_internals.struct_instance_type(value)
+    inst_type = _warp_types.struct_instance_type(value)
     if inst_type is not None:
-        return [(f, getattr(value, f, None)) for f, _ in _warp_internals.struct_fields(inst_type)]
+        return [(f, getattr(value, f, None)) for f, _ in _warp_types.struct_fields(inst_type)]
     if isinstance(value, (tuple, list)):
         names = getattr(value, "_fields", None)
         if isinstance(value, tuple) and isinstance(names, tuple) and len(names) == len(value):
@@ -403,20 +403,20 @@ def _flatten(
     runtimes: list[tuple[StructLeaf, jax.Array]] | None = None,
 ) -> None:
     name = ".".join(path)
-    fields = _warp_internals.struct_fields(struct_type)
+    fields = _warp_types.struct_fields(struct_type)
     names = [f for f, _ in fields]
-    key = _warp_internals.struct_name(struct_type)
+    key = _warp_types.struct_name(struct_type)
     if value is None or isinstance(value, _NOT_STRUCT_LIKE) or is_warp_scalar(type(value)):
         raise TypeError(
             f"{what}: argument {name!r} is a struct {key} and got {kind_of(value)}; pass a dict keyed by field name "
             f"({', '.join(names) or 'no fields'}) or an object with those attributes (a NamedTuple, dataclass, "
             "eqx.Module or Warp struct instance)."
         )
-    inst_type = _warp_internals.struct_instance_type(value)
+    inst_type = _warp_types.struct_instance_type(value)
     if inst_type is not None and inst_type is not struct_type:
         raise TypeError(
             f"{what}: argument {name!r} is a struct {key} and got a Warp struct instance of another type, "
-            f"{_warp_internals.struct_name(inst_type)}."
+            f"{_warp_types.struct_name(inst_type)}."
         )
     if isinstance(value, Mapping):
         unknown = [k for k in value if k not in names]
@@ -438,7 +438,7 @@ def _flatten(
                 f"{what}: argument {name!r} is missing field {fname!r} (no {how} {field!r} on the "
                 f"{type(value).__name__} given); a {key} needs {', '.join(names)}."
             ) from None
-        if _warp_internals.is_struct_type(warp_type):
+        if _warp_types.is_struct_type(warp_type):
             _flatten(warp_type, fpath, item, leaves, arrays, statics, what, runtimes)
             continue
         leaf = next(leaves)

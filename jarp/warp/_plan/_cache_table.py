@@ -10,10 +10,9 @@ clearing them would make ``vec(3, float32)`` a different type from one made befo
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Protocol
 
-from .._upstream import _jax_internals
+from .._upstream import _jax_internals, _locks
 
 
 class Clearable(Protocol):
@@ -23,7 +22,7 @@ class Clearable(Protocol):
 
 
 _TABLE: dict[str, Clearable] = {}
-_lock = threading.Lock()
+_lock = _locks.make("cache_table")
 
 
 def register(cache: Clearable, name: str) -> None:

@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 
 _TO_NUMPY: dict[Any, np.dtype] = {
     wp.bool: np.dtype(np.bool_),
@@ -123,7 +123,7 @@ def element_shape(dtype: Any) -> tuple[int, ...]:
     if is_scalar(dtype):
         return ()
     if is_composite(dtype):
-        return _warp_internals.vector_shape(dtype)
+        return _warp_types.vector_shape(dtype)
     raise TypeError(
         f"{_type_name(dtype)} is not a Warp scalar or composite type (vector, matrix, quaternion, transform, spatial "
         "vector or matrix), so it has no JAX element shape."

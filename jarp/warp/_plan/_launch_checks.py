@@ -24,14 +24,13 @@ import math
 import operator
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _locks, _warp_kernels, _warp_launches
 from ._arg_spec import MAX_WARP_NDIM, ArgSpec
 from ._normalize import MAX_EXTENT, normalize_dims
 from ._values import Buffer, Param
@@ -135,15 +134,15 @@ def check_launch(kernel: wp.Kernel, dims: tuple[int, ...], block_dim: int | None
         ValueError: if an extent the kernel reads through ``wp.tid()`` exceeds ``2**31``,
             with Warp's message.
     """
-    if math.prod(dims) <= _warp_internals.TID_MAX_EXTENT:
+    if math.prod(dims) <= _warp_kernels.TID_MAX_EXTENT:
         return
     for bd in _target_block_dims(block_dim):
         try:
-            _warp_internals.launch_bounds(kernel, dims, bd)
+            _warp_launches.launch_bounds(kernel, dims, bd)
         except ValueError as e:
             raise ValueError(
                 f"{what}: launch_dims {dims}: {e} The kernel reads that dimension through wp.tid(), so pass "
-                f"launch_dims of at most {_warp_internals.TID_MAX_EXTENT} along it (split the work into several launches "
+                f"launch_dims of at most {_warp_kernels.TID_MAX_EXTENT} along it (split the work into several launches "
                 "with an offset argument, or spread it over more launch dims); only dims the kernel never reads "
                 "through wp.tid() may be larger."
             ) from None
@@ -233,7 +232,7 @@ def _tid_extents(
 # The inferred-launch warnings given so far, by text: a plan is built again at every trace of its call (a new
 # ``jax.jit``, an eager ``jax.vmap`` or ``jax.grad``), and its warning is worth reading once.
 _warned_launches: set[str] = set()
-_warned_lock = threading.Lock()
+_warned_lock = _locks.make("launch_warnings")
 
 
 def warn_short_inferred_launch(
@@ -321,14 +320,14 @@ def check_cuda_signature(kernel: wp.Kernel, block_dim: int | None, what: str) ->
     """Check that ``kernel``'s CUDA entry points take only the parameters jarp passes (at lowering for CUDA).
 
     Warp's deterministic mode appends hidden buffers to the CUDA signatures of the kernels it makes
-    deterministic, which ``wp.launch`` alone supplies (`_warp_internals.cuda_hidden_params`); a jarp
+    deterministic, which ``wp.launch`` alone supplies (`_warp_launches.cuda_hidden_params`); a jarp
     launch would pass too few parameters. The CPU signatures are unchanged, so this is checked for
     CUDA only: when a plan is lowered for CUDA, and again when a CUDA executor is built.
 
     Raises:
         NotImplementedError: naming the feature, the kernel and what to do instead.
     """
-    feature = _warp_internals.cuda_hidden_params(kernel, block_dim)
+    feature = _warp_launches.cuda_hidden_params(kernel, block_dim)
     if feature is None:
         return
     raise NotImplementedError(

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_launches
 from . import _weakcache
 
 
@@ -26,7 +26,7 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
         key = (str(device), block_dim, bool(wp.config.enable_cpu_blocks))
         if key in loaded:
             continue
-        _warp_internals.load_entry_points(kernel, device, block_dim)  # under Warp's lock
+        _warp_launches.load_entry_points(kernel, device, block_dim)  # under Warp's lock
         loaded[key] = True
 
 

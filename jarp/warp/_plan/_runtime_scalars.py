@@ -27,7 +27,7 @@ from typing import Any
 
 import warp as wp
 
-from .._upstream import _python_ast, _warp_internals
+from .._upstream import _python_ast, _warp_kernels
 from ._analysis import attribute_path
 from ._struct_layout import struct_layout
 from ._weakcache import weak_cache
@@ -125,7 +125,7 @@ def _check_whole_uses(fn: ast.FunctionDef | ast.AsyncFunctionDef, fields: tuple[
             raise _Unsupported(f"the kernel uses the struct {'.'.join(path)!r} whole (not only its fields)")
 
 
-@weak_cache(lock=_warp_internals.warp_lock)
+@weak_cache(lock=_warp_kernels.warp_lock)
 def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     """The variant of ``kernel`` (a concrete overload) reading runtime values from one-element arrays.
 
@@ -139,8 +139,8 @@ def variant(kernel: wp.Kernel, names: tuple[str, ...]) -> wp.Kernel:
     """
     scalars = tuple(n for n in names if "." not in n)
     fields = tuple(n for n in names if "." in n)
-    params = _warp_internals.kernel_params(kernel)
-    tree = _python_ast.parse(_warp_internals.kernel_source(kernel), dedent=True)
+    params = _warp_kernels.kernel_params(kernel)
+    tree = _python_ast.parse(_warp_kernels.kernel_source(kernel), dedent=True)
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     fn.decorator_list = []
     if fields:
@@ -218,14 +218,14 @@ def rebuild(
     func.__annotations__ = annotations
     key = f"{kernel.key}{tag}"
     module_name = f"{base.__module__}.{base.__qualname__}.{kernel.sig or 'k'}{tag}"
-    return _warp_internals.make_kernel(func, source, key, module_name, options, like=kernel)
+    return _warp_kernels.make_kernel(func, source, key, module_name, options, like=kernel)
 
 
-@weak_cache(lock=_warp_internals.warp_lock)
+@weak_cache(lock=_warp_kernels.warp_lock)
 def bounds_checked(kernel: wp.Kernel) -> wp.Kernel:
     """``kernel`` (a concrete overload, or a runtime variant) built in Warp's debug mode: every index is checked."""
-    source = _warp_internals.kernel_source(kernel)
-    derived = rebuild(kernel, source, _warp_internals.kernel_params(kernel), "__jarp_checked", {"mode": "debug"})
+    source = _warp_kernels.kernel_source(kernel)
+    derived = rebuild(kernel, source, _warp_kernels.kernel_params(kernel), "__jarp_checked", {"mode": "debug"})
     _ORIGINS[derived] = (weakref.ref(kernel), None)
     return derived
 

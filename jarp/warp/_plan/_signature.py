@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 from ._arg_spec import ArgSpec, arg_spec
 from ._struct_layout import struct_layout
 
@@ -19,9 +19,9 @@ def param_spec(
     With ``structures`` (a function's parameters), also a Warp structure (``wp.Mesh``...), which the call gives as a
     jarp pytree; a kernel takes a structure by its id instead.
     """
-    if _warp_internals.is_struct_type(warp_type):
+    if _warp_types.is_struct_type(warp_type):
         return ArgSpec(name, False, warp_type, 0, (), in_out, struct=struct_layout(warp_type, name))
-    if structures and _warp_internals.is_structure_type(warp_type):
+    if structures and _warp_types.is_structure_type(warp_type):
         return ArgSpec(name, False, warp_type, 0, (), in_out, structure=True)
     return arg_spec(name, warp_type, in_out=in_out, what=what)
 

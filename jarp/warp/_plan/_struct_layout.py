@@ -55,7 +55,7 @@ from typing import Any
 
 import warp as wp
 
-from .._upstream import _warp_internals
+from .._upstream import _warp_types
 from . import _cache_table, _dtypes
 from ._arg_spec import ArgSpec, arg_spec, array_kind_error
 
@@ -125,12 +125,12 @@ class StructLayout:
 
     def phrase(self) -> str:
         """The struct's name, e.g. ``Mesh``."""
-        return _warp_internals.struct_name(self.struct_type)
+        return _warp_types.struct_name(self.struct_type)
 
     @property
     def ctype(self) -> type[ctypes.Structure]:
         """The struct's ctypes type: use it as the field type of the parameter in an argument block."""
-        return _warp_internals.struct_ctype(self.struct_type)
+        return _warp_types.struct_ctype(self.struct_type)
 
     @property
     def arrays(self) -> tuple[StructLeaf, ...]:
@@ -174,23 +174,23 @@ def struct_layout(struct_type: Any, param_name: str) -> StructLayout:
         >>> [(leaf.name, leaf.offset) for leaf in struct_layout(Material, "mat").leaves]
         [('mat.mu', 0), ('mat.dirs', 8)]
     """
-    if not _warp_internals.is_struct_type(struct_type):
+    if not _warp_types.is_struct_type(struct_type):
         raise TypeError(
             f"parameter {param_name!r}: expected a Warp struct type (from @wp.struct), got {struct_type!r}."
         )
     leaves: list[StructLeaf] = []
     _collect(struct_type, (param_name,), 0, leaves)
-    ctype = _warp_internals.struct_ctype(struct_type)
+    ctype = _warp_types.struct_ctype(struct_type)
     return StructLayout(param_name, struct_type, tuple(leaves), ctypes.sizeof(ctype), ctypes.alignment(ctype))
 
 
 def _collect(struct_type: Any, path: tuple[str, ...], base: int, leaves: list[StructLeaf]) -> None:
-    ctype = _warp_internals.struct_ctype(struct_type)
-    for field, warp_type in _warp_internals.struct_fields(struct_type):
+    ctype = _warp_types.struct_ctype(struct_type)
+    for field, warp_type in _warp_types.struct_fields(struct_type):
         fpath = (*path, field)
         name = ".".join(fpath)
         offset = base + getattr(ctype, field).offset
-        if _warp_internals.is_struct_type(warp_type):
+        if _warp_types.is_struct_type(warp_type):
             _collect(warp_type, fpath, offset, leaves)
         elif wp.types.is_array(warp_type):
             leaves.append(StructLeaf(fpath, offset, warp_type, _array_spec(name, warp_type)))
@@ -209,9 +209,9 @@ def _array_spec(name: str, warp_type: Any) -> ArgSpec:
     if kind_error is not None:
         raise kind_error
     dtype = warp_type.dtype
-    if _warp_internals.is_struct_type(dtype):
+    if _warp_types.is_struct_type(dtype):
         raise TypeError(
-            f"struct field {name!r} is an array of structs ({_warp_internals.struct_name(dtype)}); jarp cannot pass arrays of "
+            f"struct field {name!r} is an array of structs ({_warp_types.struct_name(dtype)}); jarp cannot pass arrays of "
             "structs. Use one array per struct field instead (a struct of arrays)."
         )
     if dtype is Any or isinstance(dtype, str) or getattr(dtype, "__name__", None) == "Any":

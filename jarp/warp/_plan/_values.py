@@ -113,7 +113,7 @@ class Plan:
         name: a human-readable name for errors and inspection.
         block_dim: the requested threads per block (None: Warp's default, 256 on CUDA and 1 on
             the CPU); each device loads the module variant built for it (see
-            ``_warp_internals.resolve_block_dim``). Ignored for callables.
+            ``_warp_kernels.resolve_block_dim``). Ignored for callables.
         cpu_blocks: ``wp.config.enable_cpu_blocks`` when the call was traced. It decides the
             CPU variant of a ``block_dim`` above 1, so a change of the setting makes a new plan
             (and a new executor) instead of reusing one loaded under the old setting.
@@ -138,7 +138,7 @@ class Plan:
             True for callables. Otherwise the batch slices of a CPU call may run concurrently. Derived like
             ``race_free``.
         code_hash: Warp's hash of the kernel's code these verdicts (writes, races, fills) were drawn from
-            (`_warp_internals.current_code_hash`); None for callables. A plan traced after a name the kernel's code
+            (`_warp_kernels.current_code_hash`); None for callables. A plan traced after a name the kernel's code
             resolves was rebound to other code differs from one traced before, and an executor refuses to launch a
             build of the kernel with another hash. Derived like ``race_free``.
     """

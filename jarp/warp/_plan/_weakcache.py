@@ -19,7 +19,6 @@ A call that raises caches nothing, so a failed build is retried on the next call
 from __future__ import annotations
 
 import functools
-import threading
 import types
 import weakref
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import warp as wp
 
+from .._upstream import _locks
 from . import _cache_table
 
 _ATTR = "_jarp_caches"
@@ -70,7 +70,7 @@ def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
 
 _WEAK: dict[str, weakref.WeakKeyDictionary[Any, dict[Hashable, Any]]] = {}
 _STRONG: OrderedDict[tuple[str, type, Any], dict[Hashable, Any]] = OrderedDict()
-_strong_lock = threading.Lock()
+_strong_lock = _locks.make("weak_cache")
 _generation = [0]
 
 

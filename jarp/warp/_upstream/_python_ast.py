@@ -17,11 +17,12 @@ from __future__ import annotations
 import ast
 import sys
 import textwrap
-import threading
 import time
 
+from . import _locks
+
 # jarp's parses, one at a time (a parse takes micro- to milliseconds; the lock is never held across anything else).
-_PARSE_LOCK = threading.Lock()
+_PARSE_LOCK = _locks.make("parse")
 # Enough for a storm of concurrent parses in other threads; a genuine error (never this message) is not retried.
 _RETRIES = 20
 _MISMATCH = "recursion depth mismatch"

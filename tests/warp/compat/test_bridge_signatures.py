@@ -16,7 +16,7 @@ import warp._src.jax.ffi as warp_bridge
 
 import jarp.warp
 from jarp.warp import _bridge
-from jarp.warp._factory import option_names
+from jarp.warp._module._factory import option_names
 
 NAMES = sorted(_bridge.ENTRY_POINTS)
 

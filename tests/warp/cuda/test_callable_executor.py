@@ -25,7 +25,7 @@ from jarp.warp._ffi import _executors
 from jarp.warp._ffi._frame import CallError
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
-from jarp.warp._upstream import _warp_internals, _xla_ffi
+from jarp.warp._upstream import _warp_launches, _xla_ffi
 from tests.support.lowered import plan_handles
 
 STREAM = 0x5EA4_0000_0000  # the CUstream XLA hands the call
@@ -116,9 +116,9 @@ class Fakes:
         monkeypatch.setattr(wp, "ScopedStream", FakeScopedStream)
         monkeypatch.setattr(wp, "ScopedCapture", FakeScopedCapture)
         monkeypatch.setattr(_xla_ffi, "get_stream", lambda frame: STREAM)
-        monkeypatch.setattr(_warp_internals, "stream_is_capturing", self._is_capturing)
-        monkeypatch.setattr(_warp_internals, "loads_during_capture", lambda: self.new_driver)
-        monkeypatch.setattr(_warp_internals, "cuda_memset", self._memset)
+        monkeypatch.setattr(_warp_launches, "stream_is_capturing", self._is_capturing)
+        monkeypatch.setattr(_warp_launches, "loads_during_capture", lambda: self.new_driver)
+        monkeypatch.setattr(_warp_launches, "cuda_memset", self._memset)
         LOG.events.clear()
         MODULES.clear()
 
@@ -180,9 +180,9 @@ def test_while_xla_captures_the_function_runs_in_an_external_warp_capture_kept_b
 def test_capture_modules_reads_what_warps_graph_retained() -> None:
     module = object()
     capture = SimpleNamespace(graph=SimpleNamespace(module_execs={module}))
-    assert _warp_internals.capture_modules(capture) == [module]
-    assert _warp_internals.capture_modules(SimpleNamespace(graph=None)) == []
-    assert _warp_internals.capture_modules(SimpleNamespace(graph=wp.Graph(wp.get_device("cpu")))) == []
+    assert _warp_launches.capture_modules(capture) == [module]
+    assert _warp_launches.capture_modules(SimpleNamespace(graph=None)) == []
+    assert _warp_launches.capture_modules(SimpleNamespace(graph=wp.Graph(wp.get_device("cpu")))) == []
 
 
 @pytest.mark.parametrize("ordinals", [(0, 0), (0, 1)], ids=["one device", "two devices"])

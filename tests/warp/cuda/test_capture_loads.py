@@ -18,7 +18,7 @@ import warp as wp
 from jarp.warp import jax_kernel
 from jarp.warp._ffi import _executors
 from jarp.warp._ffi._frame import CallError
-from jarp.warp._upstream import _warp_internals, _xla_ffi
+from jarp.warp._upstream import _warp_kernels, _warp_launches, _xla_ffi
 from tests.support import kernels as k
 from tests.support.lowered import plan_handles
 
@@ -43,9 +43,9 @@ class Fakes:
         self.device = FakeDevice()
         monkeypatch.setattr(wp, "get_cuda_device", lambda ordinal: self.device)
         monkeypatch.setattr(_xla_ffi, "get_stream", lambda frame: STREAM)
-        monkeypatch.setattr(_warp_internals, "stream_is_capturing", lambda stream: stream == STREAM and self.capturing)
-        monkeypatch.setattr(_warp_internals, "loads_during_capture", lambda: self.new_driver)
-        monkeypatch.setattr(_warp_internals, "module_loaded", self._module_loaded)
+        monkeypatch.setattr(_warp_launches, "stream_is_capturing", lambda stream: stream == STREAM and self.capturing)
+        monkeypatch.setattr(_warp_launches, "loads_during_capture", lambda: self.new_driver)
+        monkeypatch.setattr(_warp_launches, "module_loaded", self._module_loaded)
         monkeypatch.setattr(_executors, "CudaKernelExecutor", self._executor)
 
     def _module_loaded(self, kernel: Any, device: Any, block_dim: int | None = None) -> bool:
@@ -106,11 +106,11 @@ def test_otherwise_the_executor_is_prepared(fakes: Fakes, case: str) -> None:
 
 
 def test_loads_during_capture_is_the_driver_version_test_warp_makes(monkeypatch: pytest.MonkeyPatch) -> None:
-    _warp_internals.runtime_core()
+    _warp_kernels.runtime_core()
     runtime = wp._src.context.runtime
     for version, expected in [(None, False), ((11, 8), False), ((12, 2), False), ((12, 3), True), ((13, 0), True)]:
         monkeypatch.setattr(runtime, "driver_version", version)
-        assert _warp_internals.loads_during_capture() is expected, version
+        assert _warp_launches.loads_during_capture() is expected, version
 
 
 @wp.kernel(module="unique")
@@ -121,8 +121,8 @@ def _probe(a: wp.array(dtype=float)):
 def test_module_loaded_is_true_once_loaded_and_false_once_unloaded() -> None:
     cpu = wp.get_device("cpu")
     _probe.module.unload()
-    assert not _warp_internals.module_loaded(_probe, cpu)
-    _warp_internals.load_entry_points(_probe, cpu)
-    assert _warp_internals.module_loaded(_probe, cpu)
+    assert not _warp_launches.module_loaded(_probe, cpu)
+    _warp_launches.load_entry_points(_probe, cpu)
+    assert _warp_launches.module_loaded(_probe, cpu)
     _probe.module.unload()  # what a rebuild does first
-    assert not _warp_internals.module_loaded(_probe, cpu)
+    assert not _warp_launches.module_loaded(_probe, cpu)

@@ -2,7 +2,7 @@
 
 In deterministic mode Warp appends buffers to the CUDA signatures of some kernels and supplies them from its own
 launcher (``warp._src.deterministic.launch_deterministic``); a jarp launch would pass too few parameters. Which
-kernels get them is `_warp_internals.cuda_hidden_params`; the tests check its answer against the CUDA source
+kernels get them is `_warp_launches.cuda_hidden_params`; the tests check its answer against the CUDA source
 Warp generates (no GPU needed), that those kernels are refused when lowered for CUDA and when a CUDA executor is
 built, and that the CPU, whose signatures are unchanged, runs them with correct values.
 """
@@ -20,7 +20,7 @@ import warp as wp
 import jarp.warp as jw
 from jarp.warp._ffi import _executors
 from jarp.warp._ffi._registry import registry
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels, _warp_launches
 from tests.support import kernels as plain
 from tests.support import kernels_deterministic as kd
 from tests.support.lowered import plan_handles
@@ -62,10 +62,10 @@ def _forward_param_count(kernel: wp.Kernel, device: str) -> int:
     ids=lambda v: getattr(v, "key", v),
 )
 def test_hidden_params_are_those_in_the_generated_cuda_signature(kernel: wp.Kernel, hidden: bool) -> None:
-    params = len(_warp_internals.kernel_params(kernel))
+    params = len(_warp_kernels.kernel_params(kernel))
     cuda = _forward_param_count(kernel, "cuda")  # the launch bounds, the parameters, then any hidden ones
     assert (cuda > params + 1) is hidden
-    feature = _warp_internals.cuda_hidden_params(kernel)
+    feature = _warp_launches.cuda_hidden_params(kernel)
     assert (feature == "deterministic mode (RUN_TO_RUN)") if hidden else feature is None
     assert _forward_param_count(kernel, "cpu") == 3  # bounds, task index, the argument block: unchanged
 
@@ -91,7 +91,7 @@ def test_config_deterministic_is_refused_for_cuda_and_runs_on_the_cpu(config_mod
     config_mode(wp.DeterministicMode.GPU_TO_GPU)
     kernel = kd.make_config_sum_kernel()  # its module is created now, in GPU_TO_GPU mode
     config_mode(wp.DeterministicMode.NOT_GUARANTEED)  # the module keeps its mode
-    assert _warp_internals.cuda_hidden_params(kernel) == "deterministic mode (GPU_TO_GPU)"
+    assert _warp_launches.cuda_hidden_params(kernel) == "deterministic mode (GPU_TO_GPU)"
     module = jw.jax_kernel(kernel, output_dims=1)
     (total,) = module(A)
     np.testing.assert_allclose(np.asarray(total), [np.sum(np.asarray(A))], rtol=1e-5)

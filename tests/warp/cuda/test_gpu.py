@@ -1,7 +1,7 @@
 """GPU readiness, checked as far as a machine without a GPU allows, plus real GPU tests for a GPU machine.
 
 * Every Warp kernel the suite uses (``kernels.py``, ``kernels64.py`` with every registered overload of its generic
-  kernels, and the struct kernels of ``modules/test_struct.py``) compiles for sm_80 and sm_90 through Warp's
+  kernels, and the generic struct kernels of ``support/kernels_generic_struct.py``) compiles for sm_80 and sm_90 through Warp's
   ahead-of-time compiler (NVRTC, no driver needed), forward and backward entry points alike.
 * Representative jitted functions (forward, grad, both vmap methods, in-out arguments, ``jax_callable``) lower for
   CUDA to jarp's custom call with the plan handle as its only attribute and the expected buffer aliases, and the
@@ -33,15 +33,14 @@ from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
 from jarp.warp._plan import _runtime_scalars
 from jarp.warp._plan._content import ABI_VERSION
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_launches
 from tests.support import kernels as k
 from tests.support import kernels64 as k64
-from tests.support import kernels_ad, kernels_energy, kernels_hostile, kernels_struct
+from tests.support import kernels_ad, kernels_energy, kernels_generic_struct, kernels_hostile, kernels_struct
 from tests.support.gpu import cuda_device as cuda_device  # the fixture
 from tests.support.gpu import requires_gpu
 from tests.support.lowered import custom_calls
 from tests.support.paths import REPO
-from tests.warp.modules import test_struct
 
 ARCHS = (80, 90)
 
@@ -57,7 +56,7 @@ KERNEL_MODULES = {
     "kernels_energy": kernels_energy,
     "kernels_hostile": kernels_hostile,
     "kernels_struct": kernels_struct,
-    "test_struct": test_struct,
+    "kernels_generic_struct": kernels_generic_struct,
 }
 
 
@@ -440,10 +439,10 @@ def test_gpu_current_device_preload_loads_on_jaxs_current_device_only(cuda_devic
     with jax.default_device(cuda_device):
         jax.jit(lambda x: probe(x)[0]).trace(x).lower()
     current = wp.device_from_jax(cuda_device)
-    assert _warp_internals.module_loaded(_preload_probe_kernel, current)
-    assert not _warp_internals.module_loaded(_preload_probe_kernel, cpu)
+    assert _warp_launches.module_loaded(_preload_probe_kernel, current)
+    assert not _warp_launches.module_loaded(_preload_probe_kernel, cpu)
     for gpu in gpus:
-        assert _warp_internals.module_loaded(_preload_probe_kernel, gpu) == (gpu == current), gpu
+        assert _warp_launches.module_loaded(_preload_probe_kernel, gpu) == (gpu == current), gpu
 
 
 @pytest.mark.gpu
@@ -451,7 +450,7 @@ def test_gpu_current_device_preload_loads_on_jaxs_current_device_only(cuda_devic
 def test_gpu_struct_runtime_scalar_and_tile_launches_match_the_cpu(cuda_device: Any) -> None:
     # The parameter blocks `check_cuda_launches` compares with the PTX, run for real: a struct parameter (an array and
     # a value field), a runtime scalar (its own variant kernel) and a tile kernel with its block dim, against NumPy.
-    from tests.warp.modules import test_block_dim as tb
+    from tests.support import kernels_block_dim as tb
 
     rng = np.random.default_rng(3)
     w = rng.random(64, dtype=np.float32)

@@ -35,7 +35,7 @@ from jarp.warp import jax_kernel
 from jarp.warp._ffi import _executors, _native, _target
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._values import Plan
-from jarp.warp._upstream import _warp_internals, _xla_ffi
+from jarp.warp._upstream import _warp_kernels, _warp_launches, _xla_ffi
 from tests.support import kernels as k
 from tests.support.lowered import plan_handles
 
@@ -152,7 +152,7 @@ class FakeCuda:
     """
 
     def __init__(self) -> None:
-        core = _warp_internals.runtime_core()
+        core = _warp_kernels.runtime_core()
         launch, memset, memcpy = core.wp_cuda_launch_kernel, core.wp_memset_device, core.wp_memcpy_d2d
         assert len(launch.argtypes) == 11
         assert len(memset.argtypes) == 5
@@ -397,9 +397,9 @@ def _cuda_executor(plan: Plan, monkeypatch: pytest.MonkeyPatch, cluster_dim: int
         real(kernel, wp.get_device("cpu"))  # builds the module, which resolves the kernel's grid_stride
         return entry
 
-    real = _warp_internals.load_entry_points
+    real = _warp_launches.load_entry_points
 
-    monkeypatch.setattr(_warp_internals, "load_entry_points", load_entry_points)
+    monkeypatch.setattr(_warp_launches, "load_entry_points", load_entry_points)
     executor = _executors.CudaKernelExecutor(plan, device)
     assert loads == [(plan.target, device, plan.block_dim)]
     return executor
@@ -414,8 +414,8 @@ def _frame(env: Env, handle: int, plan: Plan, **kwargs: Any) -> Frame:
 def _param_sizes(plan: Plan, bounds: Any) -> list[int]:
     """The bytes of each kernel parameter: the bounds, then each parameter per argument block (Warp's types)."""
     sizes = []
-    for _, t in _warp_internals.kernel_params(plan.target):
-        sizes.append(ctypes.sizeof(_warp_internals.ArrayStruct) if hasattr(t, "ndim") else ctypes.sizeof(t._type_))
+    for _, t in _warp_kernels.kernel_params(plan.target):
+        sizes.append(ctypes.sizeof(_warp_launches.ArrayStruct) if hasattr(t, "ndim") else ctypes.sizeof(t._type_))
     return [ctypes.sizeof(bounds)] + sizes * (2 if plan.adjoint else 1)
 
 
@@ -451,7 +451,7 @@ def _decode(raw: list[bytes], expected: list[Any], bounds_type: Any) -> list[Any
             assert b.size == math.prod(want[1])
             out.append(("bounds", tuple(b.shape)))
         elif want[0] == "array":
-            a = _warp_internals.ArrayStruct.from_buffer_copy(data)
+            a = _warp_launches.ArrayStruct.from_buffer_copy(data)
             shape = tuple(a.shape[: a.ndim])
             out.append(("array", a.data, a.grad, shape, a.strides[a.ndim - 1]))
         else:
@@ -509,12 +509,12 @@ def test_a_published_cuda_plan_launches_exactly_as_warp_would(
         expected = _expected_params(plan, frame, s)
         assert _decode(launch["params"], expected, bounds_type) == expected, f"slice {s}"
 
-    # The Python path's launch (CudaKernelExecutor.run through _warp_internals.cuda_launch and cuda_memset,
+    # The Python path's launch (CudaKernelExecutor.run through _warp_launches.cuda_launch and cuda_memset,
     # as the CUDA callback runs it) calls Warp's functions with the same arguments and parameter values.
     native = (list(env.cuda.memsets), [dict(launch) for launch in env.cuda.launches])
     env.reset(_param_sizes(plan, bounds_type))
     fake_core = SimpleNamespace(wp_cuda_launch_kernel=env.cuda.launch, wp_memset_device=env.cuda.memset)
-    monkeypatch.setattr(_warp_internals, "runtime_core", lambda: fake_core)
+    monkeypatch.setattr(_warp_kernels, "runtime_core", lambda: fake_core)
     executor.run(ctypes.addressof(frame.frame))
     assert (env.cuda.memsets, env.cuda.launches) == native
 
@@ -591,7 +591,7 @@ def test_a_failed_launch_or_memset_is_an_xla_error_with_the_descriptors_message(
     # The Python path reports the same failure with the same diagnosis.
     fake_runtime = SimpleNamespace(get_error_string=lambda: why)
     fake_core = SimpleNamespace(wp_cuda_launch_kernel=fresh.cuda.launch, wp_memset_device=fresh.cuda.memset)
-    monkeypatch.setattr(_warp_internals, "runtime_core", lambda: fake_core)
+    monkeypatch.setattr(_warp_kernels, "runtime_core", lambda: fake_core)
     monkeypatch.setattr(wp._src.context, "runtime", fake_runtime)
     with pytest.raises(RuntimeError) as info:
         executor.run(ctypes.addressof(frame.frame))

@@ -1,4 +1,4 @@
-"""First calls from many threads at once: Warp's building serialised by jarp (``_warp_internals.warp_lock``).
+"""First calls from many threads at once: Warp's building serialised by jarp (``_warp_kernels.warp_lock``).
 
 Unit: every place jarp asks Warp to create, overload, build or load something (``_kernel._overload``,
 ``_runtime_scalars.variant``, ``_preload``, the FFI executors, ``_struct``). Warp's module building is not
@@ -24,7 +24,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 
 _SOURCE = """
 from typing import Any
@@ -113,8 +113,8 @@ def test_first_calls_of_a_callable_from_eight_threads(tmp_path: Path) -> None:
 
 
 def test_warp_lock_is_one_reentrant_lock() -> None:
-    lock = _warp_internals.warp_lock()
-    assert lock is _warp_internals.warp_lock()
+    lock = _warp_kernels.warp_lock()
+    assert lock is _warp_kernels.warp_lock()
     with lock, lock:  # re-entrant: jarp's builders nest (an overload, then its module's load)
         acquired = []
         other = threading.Thread(target=lambda: acquired.append(lock.acquire(timeout=0.05)))

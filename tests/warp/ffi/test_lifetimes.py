@@ -26,18 +26,10 @@ import warp as wp
 from jarp.warp import jax_callable, jax_kernel, list_plans
 from jarp.warp._ffi import _executors, _native, _registry
 from jarp.warp._ffi._registry import ReleasedPlanError, registry
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels, _warp_launches
+from tests.support.kernels_lifetimes import make_scale_kernel
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
-
-
-def _make_kernel(i: int) -> Any:
-    @wp.kernel
-    def scale_by(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-        t = wp.tid()
-        out[t] = a[t] * float(i)
-
-    return scale_by
 
 
 def _alive(refs: list[weakref.ref[Any]]) -> int:
@@ -60,7 +52,7 @@ def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
     for i in range(1, 9):
-        kernel = _make_kernel(i)
+        kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         m = jax_kernel(kernel, enable_backward=how == "grad")
         if how == "eager":
@@ -81,7 +73,7 @@ def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     jax.clear_caches()
     # Warp keeps the latest kernel of each key in its module, and the kernels its last build saw until the
     # module changes: one more kernel of each key replaces them. jarp then keeps none of the dropped ones.
-    (y,) = jax_kernel(_make_kernel(9))(x)
+    (y,) = jax_kernel(make_scale_kernel(9))(x)
     (z,) = jax_kernel(_runtime_scalar_kernel(9))(x, jnp.float32(2))
     np.testing.assert_array_equal(z, np.arange(4.0) * 2)
     del y, z
@@ -96,7 +88,7 @@ def test_kernels_differentiated_under_jit_grad_are_released(runs: str) -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
     for i in range(1, 7):
-        kernel = _make_kernel(i)
+        kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         if runs == "kernel":
             m = jax_kernel(kernel, enable_backward=True)
@@ -133,7 +125,7 @@ def test_dropped_kernels_are_released_without_clearing_jax_caches() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
     for i in range(1, 9):
-        kernel = _make_kernel(i)
+        kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         (y,) = jax_kernel(kernel)(x)
         np.testing.assert_array_equal(y, np.arange(4.0) * i)
@@ -149,18 +141,18 @@ def test_an_eager_module_is_held_only_when_rebuilt_equal_to_a_collected_one(monk
     # `jax_kernel(k)(x)` in a loop does not retrace. A kernel hashes by its address, which a new kernel often gets
     # once an old one is collected: its module then hashes like the collected one's, and only the kernel's identity
     # tells them apart. Here every module hashes alike, as if each new kernel took a collected one's address.
-    from jarp.warp import _eager
+    from jarp.warp._module import _eager
     from tests.support.kernels import count_lowerings
 
     monkeypatch.setattr(_eager, "hash", lambda module: 0, raising=False)
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(3)
+    kernel = make_scale_kernel(3)
     for _ in range(2):  # the first module is collected after its call; the second is rebuilt equal to it: held
         (y,) = jax_kernel(kernel)(x)
     with count_lowerings() as lowerings:
         (y,) = jax_kernel(kernel)(x)  # shares the held module's executable
     assert lowerings() == 0
-    other = jax_kernel(_make_kernel(4))  # a hash like theirs, but another kernel: not held
+    other = jax_kernel(make_scale_kernel(4))  # a hash like theirs, but another kernel: not held
     ref = weakref.ref(other)
     (y,) = other(x)
     np.testing.assert_array_equal(y, np.arange(4.0) * 4)
@@ -171,7 +163,7 @@ def test_an_eager_module_is_held_only_when_rebuilt_equal_to_a_collected_one(monk
 
 def test_dropped_callable_is_released() -> None:
     def make(i: int) -> Callable[..., None]:
-        kernel = _make_kernel(i)
+        kernel = make_scale_kernel(i)
 
         def launch(a: wp.array(dtype=float), out: wp.array(dtype=float)) -> None:
             wp.launch(kernel, dim=a.shape, inputs=[a], outputs=[out])
@@ -192,22 +184,22 @@ def test_dropped_callable_is_released() -> None:
 
 def test_a_live_executable_keeps_its_plan_and_runs_after_its_kernel_module_is_dropped() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(5)
+    kernel = make_scale_kernel(5)
     ref = weakref.ref(kernel)
     compiled = _lower(jax_kernel(kernel), x).compile()
     del kernel
     jax.clear_caches()
-    jax_kernel(_make_kernel(6))(x)  # another trace: a safe point for releases
+    jax_kernel(make_scale_kernel(6))(x)  # another trace: a safe point for releases
     assert _alive([ref]) == 1  # the compiled executable holds a lease on its plan
     np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
     del compiled
-    jax_kernel(_make_kernel(7))(x)
+    jax_kernel(make_scale_kernel(7))(x)
     assert _alive([ref]) == 0
 
 
 def test_released_handle_fails_loudly_and_is_never_reused() -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(3)
+    kernel = make_scale_kernel(3)
     lowered = _lower(jax_kernel(kernel), x)
     (handle,) = [int(h) for h in _handles(lowered.as_text())]
     assert registry.plan(handle).target is kernel
@@ -219,14 +211,14 @@ def test_released_handle_fails_loudly_and_is_never_reused() -> None:
     with pytest.raises(ReleasedPlanError, match=f"plan handle {handle} was released"):
         registry.plan(handle)
     del kernel
-    (y,) = jax_kernel(_make_kernel(4))(x)  # Warp's module now keeps this kernel of the same name instead
+    (y,) = jax_kernel(make_scale_kernel(4))(x)  # Warp's module now keeps this kernel of the same name instead
     np.testing.assert_array_equal(y, np.arange(4.0) * 4)
     assert _alive([ref]) == 0
     with pytest.raises(ReleasedPlanError, match=f"plan handle {handle} was released"):
         registry.plan(handle)
     with pytest.raises(ReleasedPlanError, match="plan handle 1000000000 is not one this process made"):
         registry.plan(10**9)
-    (new,) = [int(h) for h in _handles(_lower(jax_kernel(_make_kernel(3)), x).as_text())]
+    (new,) = [int(h) for h in _handles(_lower(jax_kernel(make_scale_kernel(3)), x).as_text())]
     assert new > handle
 
 
@@ -248,7 +240,7 @@ def test_a_loaded_executable_keeps_its_plan_with_the_lease_of_its_own_state(monk
     from jarp.warp._jax import _lowering
 
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(11)
+    kernel = make_scale_kernel(11)
     module = jax_kernel(kernel)
     f = jax.jit(lambda x: module(x)[0])
     monkeypatch.setattr(_lowering, "registry", _LoweringWithoutLease())
@@ -256,7 +248,7 @@ def test_a_loaded_executable_keeps_its_plan_with_the_lease_of_its_own_state(monk
     monkeypatch.undo()
     for i in range(3):
         gc.collect()
-        jax_kernel(_make_kernel(12 + i))(x)  # a safe point: releases every plan no lease holds
+        jax_kernel(make_scale_kernel(12 + i))(x)  # a safe point: releases every plan no lease holds
         assert any(p.target is kernel for p in registry.plans())
         np.testing.assert_array_equal(f(x), np.arange(4.0) * 11)
     del f
@@ -272,17 +264,17 @@ def test_an_executable_deserialised_in_this_process_holds_its_own_lease() -> Non
     from jax.experimental import serialize_executable
 
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(6)
+    kernel = make_scale_kernel(6)
     ref = weakref.ref(kernel)
     compiled = _lower(jax_kernel(kernel), x).compile()
     loaded = serialize_executable.deserialize_and_load(*serialize_executable.serialize(compiled))
     del compiled, kernel
     jax.clear_caches()
-    jax_kernel(_make_kernel(7))(x)  # a safe point, and Warp's module keeps this kernel of the same key instead
+    jax_kernel(make_scale_kernel(7))(x)  # a safe point, and Warp's module keeps this kernel of the same key instead
     assert _alive([ref]) == 1  # the deserialised copy's lease keeps the plan
     np.testing.assert_array_equal(loaded(x), np.arange(4.0) * 6)
     del loaded
-    jax_kernel(_make_kernel(8))(x)
+    jax_kernel(make_scale_kernel(8))(x)
     assert _alive([ref]) == 0
 
 
@@ -296,7 +288,7 @@ def test_released_plans_drop_their_executors() -> None:
     before = _executors.executor_count()
     published = native.published() if native is not None else 0
     for i in range(1, 6):
-        (y,) = jax_kernel(_make_kernel(i))(x)
+        (y,) = jax_kernel(make_scale_kernel(i))(x)
         np.testing.assert_array_equal(y, np.arange(4.0) * i)
         del y
         if native is not None:
@@ -313,19 +305,19 @@ def test_released_plans_drop_their_executors() -> None:
 def test_a_released_plan_keeps_its_loaded_code_while_its_kernel_lives() -> None:
     # An executable JAX holds without its lease may still reach the code; it is unloaded with the kernel.
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(5)
+    kernel = make_scale_kernel(5)
     compiled = _lower(jax_kernel(kernel), x).compile()
     np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
     (handle,) = [int(h) for h in _handles(compiled.as_text())]
     module_exec = weakref.ref(_executors.cpu_executors[handle].entry.module_exec)
     del compiled
     jax.clear_caches()
-    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
+    jax_kernel(make_scale_kernel(6))(x)  # Warp rebuilds the module (a new kernel of the same key): a new ModuleExec
     assert handle not in registry  # released
     assert handle not in _executors.cpu_executors  # its executor dropped
     assert _alive([module_exec]) == 1  # but the code it called stays loaded while the kernel lives
     del kernel
-    jax_kernel(_make_kernel(7))(x)
+    jax_kernel(make_scale_kernel(7))(x)
     assert _alive([module_exec]) == 0
 
 
@@ -334,7 +326,7 @@ def test_dropped_code_is_unloaded_under_warps_lock(monkeypatch: pytest.MonkeyPat
     # that must not happen wherever the kernel is collected (any thread, during another thread's Warp build),
     # only under Warp's lock, at a safe point.
     x = jnp.arange(4.0, dtype=jnp.float32)
-    kernel = _make_kernel(5)
+    kernel = make_scale_kernel(5)
     compiled = _lower(jax_kernel(kernel), x).compile()
     np.testing.assert_array_equal(compiled(x), np.arange(4.0) * 5)
     (handle,) = [int(h) for h in _handles(compiled.as_text())]
@@ -342,18 +334,18 @@ def test_dropped_code_is_unloaded_under_warps_lock(monkeypatch: pytest.MonkeyPat
     ref, exec_id, exec_type = weakref.ref(module_exec), id(module_exec), type(module_exec)
     del compiled, module_exec
     jax.clear_caches()
-    jax_kernel(_make_kernel(6))(x)  # Warp rebuilds the module: jarp's retained entry holds the old code alone
+    jax_kernel(make_scale_kernel(6))(x)  # Warp rebuilds the module: jarp's retained entry holds the old code alone
     unloads: list[bool] = []
     unload = exec_type.__del__
 
     def recording_unload(self: Any) -> None:
         if id(self) == exec_id:
-            unloads.append(_warp_internals.warp_lock_held())
+            unloads.append(_warp_kernels.warp_lock_held())
         unload(self)
 
     monkeypatch.setattr(exec_type, "__del__", recording_unload)
     del kernel
-    later = _make_kernel(7)  # a new kernel of the key: Warp's module lets go of the old one, which is collected
+    later = make_scale_kernel(7)  # a new kernel of the key: Warp's module lets go of the old one, which is collected
     gc.collect()
     assert unloads == []  # not here, on this thread, without the lock
     assert _alive([ref]) == 1
@@ -403,14 +395,14 @@ def test_code_dropped_during_another_threads_build_waits_for_the_lock() -> None:
 
     class StandIn:  # for a ModuleExec: records whether Warp's lock is held when it goes
         def __del__(self) -> None:
-            seen.append(_warp_internals.warp_lock_held())
+            seen.append(_warp_kernels.warp_lock_held())
 
-    entry = object.__new__(_warp_internals.EntryPoints)
+    entry = object.__new__(_warp_launches.EntryPoints)
     entry.module_exec = StandIn()
     building, done = threading.Event(), threading.Event()
 
     def build() -> None:
-        with _warp_internals.warp_lock():
+        with _warp_kernels.warp_lock():
             building.set()
             done.wait(10)
 
@@ -444,7 +436,7 @@ def test_memory_is_bounded_over_110_create_call_drop_cycles() -> None:
 
     def cycles(n: int, start: int) -> None:
         for i in range(start, start + n):
-            kernel = _make_kernel(i % 7 + 1)
+            kernel = make_scale_kernel(i % 7 + 1)
             (y,) = jax_kernel(kernel)(x)
             assert float(y[1]) == i % 7 + 1
             del kernel, y

@@ -1,6 +1,6 @@
 """The order of jarp's locks: the FFI executors' lock, then Warp's lock, then Warp's code-generation lock.
 
-Unit: the FFI executors' lock (``_locks.executors``), Warp's lock (``_warp_internals.warp_lock``) and Warp's own
+Unit: the FFI executors' lock (``_locks.executors``), Warp's lock (``_warp_kernels.warp_lock``) and Warp's own
 ``_codegen_lock`` as jarp takes them: a kernel's first call (``_executors.get_executor``), a callable's first run
 (``CallableExecutor.run``, whose function may call another jarp module) and a generic callable's factory
 (``_callable._specialise``). A thread that waits for an earlier lock while it holds a later one can deadlock with
@@ -31,7 +31,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _executors, _locks
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 
 pytestmark = pytest.mark.launch_paths
 
@@ -144,7 +144,7 @@ class _Recorder:
                 break
 
     def _is_owned(self) -> bool:
-        """Whether this thread holds the real lock (what `_warp_internals.warp_lock_held` asks)."""
+        """Whether this thread holds the real lock (what `_warp_kernels.warp_lock_held` asks)."""
         return self.lock._is_owned()
 
     def __enter__(self) -> bool:
@@ -189,11 +189,9 @@ def test_first_calls_take_the_locks_in_order(monkeypatch: pytest.MonkeyPatch) ->
     log: list[tuple[str, str, tuple[str, ...], bool, str]] = []
     ranks = {"executors": 0, "warp": 1, "codegen": 2}
     monkeypatch.setattr(_locks, "executors", _Recorder(_locks.executors, ranks["executors"], "executors", log))
+    monkeypatch.setattr(_warp_kernels, "_WARP_LOCK", _Recorder(_warp_kernels._WARP_LOCK, ranks["warp"], "warp", log))
     monkeypatch.setattr(
-        _warp_internals, "_WARP_LOCK", _Recorder(_warp_internals._WARP_LOCK, ranks["warp"], "warp", log)
-    )
-    monkeypatch.setattr(
-        _warp_internals, "_codegen_lock", _Recorder(_warp_internals._codegen_lock, ranks["codegen"], "codegen", log)
+        _warp_kernels, "_codegen_lock", _Recorder(_warp_kernels._codegen_lock, ranks["codegen"], "codegen", log)
     )
     x = _x(5)
     base = 1000  # new kernels (new plans and executors); their Warp modules are cached after the first run
@@ -249,11 +247,11 @@ def test_the_order_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_build_lock_holds_the_executors_lock_then_warps() -> None:
     with _executors.build_lock():
         assert _locks.executors._is_owned()
-        assert _warp_internals.warp_lock_held()
+        assert _warp_kernels.warp_lock_held()
         with _executors.build_lock():  # re-entrant
-            assert _warp_internals.warp_lock_held()
+            assert _warp_kernels.warp_lock_held()
     assert not _locks.executors._is_owned()
-    assert not _warp_internals.warp_lock_held()
+    assert not _warp_kernels.warp_lock_held()
 
 
 def test_first_calls_from_four_threads_do_not_deadlock(capsys: pytest.CaptureFixture[str]) -> None:

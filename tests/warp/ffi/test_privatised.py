@@ -24,7 +24,7 @@ from jarp.warp._ffi import _native, _threads
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._analysis import _races
 from jarp.warp._plan._signature import make_signature
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 from tests.support import kernels_private as kp
 
 pytestmark = [pytest.mark.launch_paths, pytest.mark.native_launches]
@@ -75,7 +75,7 @@ def _scatter_reference(cells: np.ndarray, x: np.ndarray, n_verts: int) -> tuple[
 
 
 def _params(kernel: wp.Kernel, num_outputs: int) -> tuple[object, ...]:
-    return make_signature(_warp_internals.kernel_params(kernel), num_outputs, (), what="test").params
+    return make_signature(_warp_kernels.kernel_params(kernel), num_outputs, (), what="test").params
 
 
 # -- the proof ------------------------------------------------------------------------------------------------------

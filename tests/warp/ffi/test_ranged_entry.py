@@ -22,7 +22,7 @@ import pytest
 import warp as wp
 
 from jarp.warp._ffi._native import _ranged as rg
-from jarp.warp._upstream import _warp_internals as wi
+from jarp.warp._upstream import _warp_builds, _warp_kernels, _warp_launches
 from tests.support import forked
 from tests.support import kernels_ranged as kr
 from tests.support.paths import REPO, child_environment
@@ -66,7 +66,7 @@ def _check_split(kernel: wp.Kernel, dim: Any, make_inputs: Callable[[], list[Any
 
     inputs = make_inputs()
     overload, bounds, args = _launch_args(kernel, dim, inputs)
-    entry = wi.load_entry_points(overload, _CPU)
+    entry = _warp_launches.load_entry_points(overload, _CPU)
     _FORWARD(entry.forward)(ctypes.addressof(bounds), ctypes.addressof(args))
     assert _outputs(inputs) == expected
 
@@ -163,7 +163,7 @@ def test_ranges_run_concurrently_on_threads() -> None:
     wp.launch(kr.scale_sin, dim=n, inputs=reference, device=_CPU)
     inputs = make()
     overload, bounds, args = _launch_args(kr.scale_sin, n, inputs)
-    ranged = _RANGED(rg.ranged_cpu_entry(overload, wi.load_entry_points(overload, _CPU)))
+    ranged = _RANGED(rg.ranged_cpu_entry(overload, _warp_launches.load_entry_points(overload, _CPU)))
     edges = np.linspace(0, n, 9, dtype=np.int64).tolist()
     threads = [
         threading.Thread(target=ranged, args=(ctypes.addressof(bounds), ctypes.addressof(args), edges[i], edges[i + 1]))
@@ -183,12 +183,12 @@ def _generic_scale(x: wp.array(dtype=Any), y: wp.array(dtype=Any)):  # defined i
 
 def test_a_build_its_module_has_moved_on_from() -> None:
     """A new overload rebuilds the Warp module; an entry of the earlier build still gets that build's ranged entry."""
-    with wi.warp_lock():
+    with _warp_kernels.warp_lock():
         module = wp.get_module("jarp_tests.ranged_moved_on")
         generic = wp.Kernel(_generic_scale, key="generic_scale", module=module)
         k32 = wp.overload(generic, {"x": wp.array(dtype=wp.float32), "y": wp.array(dtype=wp.float32)})
-    entry = wi.load_entry_points(k32, _CPU)
-    with wi.warp_lock():
+    entry = _warp_launches.load_entry_points(k32, _CPU)
+    with _warp_kernels.warp_lock():
         wp.overload(generic, {"x": wp.array(dtype=wp.float64), "y": wp.array(dtype=wp.float64)})
     assert entry.module_exec.module_hash != module.get_module_hash(1)
     n = 77
@@ -202,27 +202,27 @@ def test_a_build_its_module_has_moved_on_from() -> None:
     ranged(ctypes.addressof(bounds), ctypes.addressof(args), 0, 40)
     assert y.numpy().tobytes() == expected.numpy().tobytes()
     # an entry of unknown options (made outside load_entry_points) cannot be built once the module moved on
-    unknown = wi.EntryPoints(_CPU, entry.module_exec, entry.hooks, 1)
+    unknown = _warp_launches.EntryPoints(_CPU, entry.module_exec, entry.hooks, 1)
     with pytest.raises(RuntimeError, match="changed since kernel 'generic_scale' was loaded"):
         rg._ranged_job(k32, unknown, False)
 
 
 def test_the_source_is_the_one_warp_compiled() -> None:
-    entry = wi.load_entry_points(kr.scale_sin, _CPU)
-    source = wi._build_source(kr.scale_sin.module, entry.module_exec, entry.build_options, True)
-    assert source == wi.module_codegen(kr.scale_sin.module, "cpu")
+    entry = _warp_launches.load_entry_points(kr.scale_sin, _CPU)
+    source = _warp_builds._build_source(kr.scale_sin.module, entry.module_exec, entry.build_options, True)
+    assert source == _warp_builds.module_codegen(kr.scale_sin.module, "cpu")
     # without Warp's file (strip_hash, or a cache emptied since) the source is generated again: the same text
     no_file = type("NoFile", (), {"binary_path": None})()
-    assert wi._build_source(kr.scale_sin.module, no_file, entry.build_options, True) == source
+    assert _warp_builds._build_source(kr.scale_sin.module, no_file, entry.build_options, True) == source
     with pytest.raises(RuntimeError, match="not in Warp's kernel cache, and the module changed since"):
-        wi._build_source(kr.scale_sin.module, no_file, entry.build_options, False)
+        _warp_builds._build_source(kr.scale_sin.module, no_file, entry.build_options, False)
 
 
 def test_build_options_are_the_modules_resolved_ones() -> None:
-    entry = wi.load_entry_points(kr.scale_sin, _CPU)
+    entry = _warp_launches.load_entry_points(kr.scale_sin, _CPU)
     module = kr.scale_sin.module
     assert entry.build_options == module.resolved_options[1]
-    build = wi._cpu_build_options(entry.build_options)
+    build = _warp_builds._cpu_build_options(entry.build_options)
     assert build["block_dim"] == 1
     assert build["mode"] == (module.options["mode"] or wp.config.mode)
 
@@ -230,7 +230,7 @@ def test_build_options_are_the_modules_resolved_ones() -> None:
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty companion cache: nothing on disk, nothing loaded in this process."""
-    monkeypatch.setattr(wi, "kernel_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(_warp_builds, "kernel_cache_dir", lambda: tmp_path)
     monkeypatch.setattr(rg, "_ranged_objects", {})
     monkeypatch.setattr(rg, "_ranged_by_exec", weakref.WeakKeyDictionary())
     return tmp_path / "jarp-ranged"
@@ -240,20 +240,20 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The objects ``build_cpu`` compiles while the test runs."""
     calls: list[str] = []
-    original = wi._build.build_cpu
+    original = _warp_builds._build.build_cpu
 
     def counting(obj_path: str, cpp_path: str, **kwargs: Any) -> None:
         calls.append(obj_path)
         original(obj_path, cpp_path, **kwargs)
 
-    monkeypatch.setattr(wi._build, "build_cpu", counting)
+    monkeypatch.setattr(_warp_builds._build, "build_cpu", counting)
     return calls
 
 
 def test_the_companion_is_compiled_once_then_reused_in_process_and_from_disk(
     fresh_cache: Path, compiles: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entry = wi.load_entry_points(kr.poly64, _CPU)
+    entry = _warp_launches.load_entry_points(kr.poly64, _CPU)
     start = time.perf_counter()
     address = rg.ranged_cpu_entry(kr.poly64, entry)
     elapsed = time.perf_counter() - start
@@ -263,8 +263,8 @@ def test_the_companion_is_compiled_once_then_reused_in_process_and_from_disk(
     assert [p.name for p in fresh_cache.iterdir() if p.suffix == ".o"] == [Path(compiles[0]).name.split(".p")[0] + ".o"]
     assert not [p for p in fresh_cache.iterdir() if ".p" in p.stem]  # the temporary files were renamed
     # again, through another EntryPoints of the same build, and for another kernel of the module: nothing compiles
-    assert rg.ranged_cpu_entry(kr.poly64, wi.load_entry_points(kr.poly64, _CPU)) == address
-    assert rg.ranged_cpu_entry(kr.grid2d, wi.load_entry_points(kr.grid2d, _CPU))
+    assert rg.ranged_cpu_entry(kr.poly64, _warp_launches.load_entry_points(kr.poly64, _CPU)) == address
+    assert rg.ranged_cpu_entry(kr.grid2d, _warp_launches.load_entry_points(kr.grid2d, _CPU))
     assert len(compiles) == 1
     # forgetting the loaded object (as a new process starts): the object on disk is loaded, not compiled
     monkeypatch.setattr(rg, "_ranged_objects", {})
@@ -274,23 +274,23 @@ def test_the_companion_is_compiled_once_then_reused_in_process_and_from_disk(
 
 
 def test_a_fresh_process_loads_the_companion_from_disk() -> None:
-    rg.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))  # on disk now
+    rg.ranged_cpu_entry(kr.scale_sin, _warp_launches.load_entry_points(kr.scale_sin, _CPU))  # on disk now
     script = textwrap.dedent(
         """
         import ctypes
         import numpy as np
         import warp as wp
         from jarp.warp._ffi._native import _ranged as rg
-        from jarp.warp._upstream import _warp_internals as wi
+        from jarp.warp._upstream import _warp_builds, _warp_kernels, _warp_launches
         from tests.support import kernels_ranged as kr
 
         cpu = wp.get_device("cpu")
-        entry = wi.load_entry_points(kr.scale_sin, cpu)
+        entry = _warp_launches.load_entry_points(kr.scale_sin, cpu)
 
         def no_compile(*args, **kwargs):
             raise AssertionError("compiled")
 
-        wi._build.build_cpu = no_compile
+        _warp_builds._build.build_cpu = no_compile
         address = rg.ranged_cpu_entry(kr.scale_sin, entry)
         assert address
         a = wp.array(np.arange(10, dtype=np.float32), device=cpu)
@@ -318,14 +318,14 @@ def test_a_failed_compile_raises(fresh_cache: Path, monkeypatch: pytest.MonkeyPa
     def failing(*args: Any, **kwargs: Any) -> None:
         raise Exception("CPU kernel build failed with error code 1")
 
-    monkeypatch.setattr(wi._build, "build_cpu", failing)
+    monkeypatch.setattr(_warp_builds._build, "build_cpu", failing)
     with pytest.raises(RuntimeError, match=r"failed to compile the ranged CPU entry points of Warp module .*code 1"):
-        rg.ranged_cpu_entry(kr.scale_sin, wi.load_entry_points(kr.scale_sin, _CPU))
+        rg.ranged_cpu_entry(kr.scale_sin, _warp_launches.load_entry_points(kr.scale_sin, _CPU))
     assert not [p for p in fresh_cache.iterdir() if p.suffix == ".o"]
 
 
 def test_tile_kernels_get_no_ranged_entry(fresh_cache: Path, compiles: list[str]) -> None:
-    entry = wi.load_entry_points(kr.tiled, _CPU)
+    entry = _warp_launches.load_entry_points(kr.tiled, _CPU)
     assert entry.block_dim == 1
     assert rg.ranged_cpu_entry(kr.tiled, entry) == 0
     assert compiles == []  # a module whose kernels all have none builds nothing
@@ -336,7 +336,7 @@ def test_cooperative_cpu_blocks_get_no_ranged_entry(
 ) -> None:
     monkeypatch.setattr(wp.config, "enable_cpu_blocks", True)
     module = kr.scale_sin.module
-    source = wi.module_codegen(module, "cpu", block_dim=4)
+    source = _warp_builds.module_codegen(module, "cpu", block_dim=4)
     appendix, refused = rg._ranged_appendix(source)
     assert appendix == ""
     assert refused[kr.scale_sin.get_mangled_name()] == "cooperative CPU blocks (block_dim > 1)"
@@ -380,7 +380,7 @@ def test_check_ranged_entries_fails_when_warps_task_loop_changes(monkeypatch: py
     ],
 )
 def test_changed_codegen_shapes_are_refused_loudly(old: str, new: str, what: str) -> None:
-    source = wi.module_codegen(kr.scale_sin.module, "cpu")
+    source = _warp_builds.module_codegen(kr.scale_sin.module, "cpu")
     assert old in source
     with pytest.raises(RuntimeError, match=rf"does not have the shape jarp's ranged entry points copy \(.*{what}"):
         rg._ranged_appendix(source.replace(old, new))
@@ -407,7 +407,7 @@ def test_changed_codegen_shapes_are_refused_loudly(old: str, new: str, what: str
     ],
 )
 def test_changed_backward_codegen_shapes_are_refused_loudly(old: str, new: str, what: str) -> None:
-    source = wi.module_codegen(kr.scale_sin.module, "cpu")
+    source = _warp_builds.module_codegen(kr.scale_sin.module, "cpu")
     assert "_jarp_cpu_backward_range(" in rg._ranged_appendix(source, backward=True)[0]
     name = kr.scale_sin.get_mangled_name()
     old, new = old.format(name=name), new.format(name=name)

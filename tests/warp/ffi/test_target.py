@@ -99,13 +99,13 @@ def local(process, handle):
 def released_handle():
     # the handle of a plan released with its kernel: lowered, dropped, then replaced in Warp's module
     import gc
-    from tests.warp.ffi.test_lifetimes import _make_kernel
+    from tests.support.kernels_lifetimes import make_scale_kernel
 
-    g = jax.jit(lambda x, m=jax_kernel(_make_kernel(2)): m(x)[0])
+    g = jax.jit(lambda x, m=jax_kernel(make_scale_kernel(2)): m(x)[0])
     (handle,) = [c["plan"] for c in custom_calls(g.lower(x).as_text())]
     del g
     jax.clear_caches()
-    jax_kernel(_make_kernel(3))(x)  # Warp's module keeps this kernel of the same key instead; a safe point
+    jax_kernel(make_scale_kernel(3))(x)  # Warp's module keeps this kernel of the same key instead; a safe point
     gc.collect()
     assert handle not in _registry.registry
     return handle

@@ -1,6 +1,6 @@
 """The module contract, written once for both kinds: ``jarp.warp.JaxKernel`` and ``jarp.warp.JaxCallable``.
 
-Unit: ``jarp/warp/_base.py`` (``AbstractWarpModule``) and ``_factory.py`` (the factories' module cache behind
+Unit: ``jarp/warp/_module/_base.py`` (``AbstractWarpModule``) and ``_module/_factory.py`` (the factories' module cache behind
 ``jax_kernel``/``jax_callable``). A module is an Equinox module with no leaves and only static fields; it is immutable,
 equal and hashable by value, and copies (normalises) its options at construction. Rebuilding an equal module retraces
 nothing under ``jax.jit`` and ``eqx.filter_jit``, compiles nothing new eagerly and registers no new FFI target.
@@ -23,7 +23,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import JaxCallable, JaxKernel, jax_callable, jax_kernel
-from jarp.warp._base import AbstractWarpModule
+from jarp.warp._module._base import AbstractWarpModule
 from tests.support import kernels as k
 from tests.support import kernels64 as k64
 from tests.support.kernels import (

@@ -26,21 +26,13 @@ from jarp.warp import jax_kernel
 from jarp.warp._codegen import compile_aot, kernel_source
 from jarp.warp._ffi._registry import registry
 from jarp.warp._inspect import list_plans
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_launches
+from tests.support.kernels_block_dim import BLOCK, TILE, row_sum_kernel
 from tests.support.lowered import plan_handles as _plan_handles
 
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
-TILE = 8  # row length of the row-sum tiles
 TM, TN = 2, 8  # tile shape of the elementwise kernel
-BLOCK = 64
-
-
-@wp.kernel
-def row_sum_kernel(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    t = wp.tile_load(a[i], shape=TILE)
-    wp.tile_store(out, wp.tile_sum(t), offset=i)
 
 
 @wp.kernel
@@ -262,13 +254,13 @@ def test_block_dim_is_a_static_int_field() -> None:
 
 def test_preload_loads_the_block_dim_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[tuple[str, Any]] = []
-    real = _warp_internals.load_entry_points
+    real = _warp_launches.load_entry_points
 
     def recording(kernel: wp.Kernel, device: Any, block_dim: int | None = None) -> Any:
         loads.append((kernel.key, block_dim))
         return real(kernel, device, block_dim)
 
-    monkeypatch.setattr(_warp_internals, "load_entry_points", recording)
+    monkeypatch.setattr(_warp_launches, "load_entry_points", recording)
     row_sum = jax_kernel(row_sum_kernel, output_dims=3, block_dim=48)
     jax.jit(lambda a: row_sum(a, launch_dims=(3, 48))[0]).trace(_matrix(3, TILE)).lower()
     assert ("row_sum_kernel", 48) in loads

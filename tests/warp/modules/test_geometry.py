@@ -23,7 +23,7 @@ from jax.test_util import check_grads
 from jarp.warp import Bvh, HashGrid, Mesh, Volume, jax_callable, jax_kernel
 from jarp.warp._codegen import compile_aot
 from jarp.warp._geometry import _builds as builds
-from jarp.warp._plan import _geometry_variants
+from jarp.warp._geometry import _variants
 from tests.support import kernels_geometry as kg
 from tests.support.geometry import (
     FACES,
@@ -475,7 +475,7 @@ def test_the_geometry_kernels_and_their_vertex_variants_compile_for_cuda() -> No
     paths = compile_aot(kg, arch=90)
     assert sorted(paths) == [90]
     assert all(p.exists() for p in paths.values())
-    variant = _geometry_variants.vertex_reads(kg.markers)
+    variant = _variants.vertex_reads(kg.markers)
     assert variant is not kg.markers
     paths = compile_aot(variant, arch=80)
     assert sorted(paths) == [80]

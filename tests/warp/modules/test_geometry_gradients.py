@@ -2,7 +2,7 @@
 
 jarp differentiates a variant of the kernel in which each query's smooth fields (closest-point barycentrics, a
 ray's distance, barycentrics, sign and normal) are recomputed from the hit face's vertices
-(`_geometry_variants.vertex_reads`), also inside the ``@wp.func``s the kernel calls. Checked against float64
+(`_variants.vertex_reads`), also inside the ``@wp.func``s the kernel calls. Checked against float64
 central differences of the jarp forward on a perturbed height field, away from face switches and kinks; the
 forward values against Warp's own queries launched on a prebuilt ``wp.Mesh``; what cannot be rewritten still
 refused.
@@ -17,7 +17,7 @@ import pytest
 import warp as wp
 
 from jarp.warp import Mesh, jax_kernel
-from jarp.warp._plan import _geometry_adjoints, _geometry_variants
+from jarp.warp._geometry import _adjoints, _variants
 from tests.support import kernels_geometry as kg
 from tests.support import kernels_geometry_gradients as kgg
 from tests.support.geometry import height_field
@@ -144,26 +144,26 @@ REWRITTEN = [kgg.point_queries, kgg.ray_queries, kgg.in_functions, kgg.u_in_a_co
 def test_every_query_is_rewritten_and_nothing_is_dropped(kernel: wp.Kernel) -> None:
     # Warp's kernel reads the smooth fields (in itself or in its functions: overloaded, generic, taking a query's
     # result); the variant reads only the face, the point queries' sign and the result from Warp's queries
-    assert _geometry_adjoints.dropped(kernel)
-    variant = _geometry_variants.vertex_reads(kernel)
+    assert _adjoints.dropped(kernel)
+    variant = _variants.vertex_reads(kernel)
     assert variant is not kernel
-    assert _geometry_adjoints.dropped(variant) == ()
+    assert _adjoints.dropped(variant) == ()
 
 
 def test_a_ray_sign_is_smooth_and_refused_where_warp_computes_it() -> None:
-    drops = _geometry_adjoints.dropped(kgg.ray_queries)
+    drops = _adjoints.dropped(kgg.ray_queries)
     assert {d.builtin for d in drops} >= {f"wp.mesh_query_ray (.{f})" for f in ("t", "u", "v", "sign", "normal")}
     # a point query's sign is the side: piecewise constant
-    assert not any("(.sign)" in d.builtin for d in _geometry_adjoints.dropped(kgg.point_queries))
+    assert not any("(.sign)" in d.builtin for d in _adjoints.dropped(kgg.point_queries))
 
 
 def test_what_cannot_be_rewritten_is_still_refused() -> None:
     # Warp's older overload writes the distance into the caller's variable: not rewritten, refused by name
-    variant = _geometry_variants.vertex_reads(kg.ray_depth_out_params)
-    assert any(d.builtin == "wp.mesh_query_ray" for d in _geometry_adjoints.dropped(variant))
+    variant = _variants.vertex_reads(kg.ray_depth_out_params)
+    assert any(d.builtin == "wp.mesh_query_ray" for d in _adjoints.dropped(variant))
     # a function reached through wp.static(...) is Warp's to resolve: not copied, its queries refused
-    variant = _geometry_variants.vertex_reads(kgg.through_static)
-    assert "wp.mesh_query_point_no_sign (.u)" in {d.builtin for d in _geometry_adjoints.dropped(variant)}
+    variant = _variants.vertex_reads(kgg.through_static)
+    assert "wp.mesh_query_point_no_sign (.u)" in {d.builtin for d in _adjoints.dropped(variant)}
 
 
 def test_a_refusal_names_the_mesh_it_concerns() -> None:

@@ -254,9 +254,9 @@ def test_kernel_source_cuda_with_generic_overloads() -> None:
 
 
 def test_kernel_source_default_arch_is_warps() -> None:
-    from jarp.warp._upstream import _warp_internals
+    from jarp.warp._upstream import _warp_builds
 
-    assert kernel_source(k64, "cuda") == kernel_source(k64, "cuda", arch=_warp_internals.default_cuda_arch())
+    assert kernel_source(k64, "cuda") == kernel_source(k64, "cuda", arch=_warp_builds.default_cuda_arch())
 
 
 @pytest.mark.parametrize(

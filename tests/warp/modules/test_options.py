@@ -15,11 +15,10 @@ from jarp.warp import (
     JaxKernel,
     JaxKernelCallOptions,
     JaxKernelOptions,
-    _factory,
-    _option_warnings,
     jax_callable,
     jax_kernel,
 )
+from jarp.warp._module import _factory, _option_warnings
 from tests.support import kernels as k
 
 CASES = [

@@ -3,7 +3,7 @@
 A model that builds its jarp modules afresh (each training step, each solver call) hands ``eqx.filter_jit`` a new
 module every time; it must not retrace when nothing changed. Module-level functions compare by identity, which is
 stable; closures and lambdas made inside a function compare by code and captured values
-(`jarp.warp._value_callables.value_callable`), partials by function and arguments. A closure that captures something jarp
+(`jarp.warp._module._value_callables.value_callable`), partials by function and arguments. A closure that captures something jarp
 cannot compare (an array, a list) retraces at every rebuild, and the second build warns once with the fix.
 """
 
@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-from jarp.warp import _option_warnings, _value_callables, jax_callable, jax_kernel
-from jarp.warp._value_callables import value_callable
+from jarp.warp import jax_callable, jax_kernel
+from jarp.warp._module import _option_warnings, _value_callables
+from jarp.warp._module._value_callables import value_callable
 from tests.support import kernels as k
 from tests.support import kernels64 as k64
 from tests.support import kernels_corner_cases as kr

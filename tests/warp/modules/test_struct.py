@@ -14,39 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jarp.warp._struct import struct
-
-# --- structs and kernels: all of this file's Warp code, compiled as one Warp module ----------------------------------
-
-
-@struct
-class Params:
-    """A generic struct: a scale and an offset vector of one scalar type."""
-
-    @staticmethod
-    def __annotations_factory__(dtype: Any) -> dict[str, Any]:
-        return {"scale": dtype, "offset": wp.types.vector(3, dtype)}
-
-    def phrase(self) -> str:
-        return f"scale={self.scale}"
-
-
-@struct
-class Plain:
-    """A plain struct."""
-
-    count: wp.int32
-
-
-@wp.kernel
-def affine32(p: Params[wp.float32], q: Plain, out: wp.array(dtype=wp.float32)):
-    i = wp.tid()
-    out[i] = p.scale * wp.float32(i) + p.offset[1] + wp.float32(q.count)
-
-
-@wp.kernel
-def affine64(p: Params[wp.float64], out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = p.scale * wp.float64(i) + p.offset[2]
+from tests.support.kernels_generic_struct import Params, Plain, affine32, affine64
 
 
 def _launch32(p: Any, count: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from jarp.warp._plan._analysis import overwritten_outputs
 from jarp.warp._plan._analysis._races import race_blocker, sharing_blocker, warps_thread_index
 from jarp.warp._plan._content import content_text, rebuild
 from jarp.warp._plan._signature import make_signature
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 from tests.support import kernels as k
 from tests.support import kernels_fem as kf
 from tests.support import kernels_races as kr
@@ -228,7 +228,7 @@ def test_harmless_calls(name: str) -> None:
 
 
 def _blocker(kernel: wp.Kernel, launch_ndim: int = 1) -> str | None:
-    sig = make_signature(_warp_internals.kernel_params(kernel), 1, (), what="test")
+    sig = make_signature(_warp_kernels.kernel_params(kernel), 1, (), what="test")
     return race_blocker(kernel, sig.params, launch_ndim)
 
 

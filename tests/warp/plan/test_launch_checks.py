@@ -67,12 +67,12 @@ def test_tid_indexed_finds_unguarded_accesses_only(body: str, expected: tuple) -
 
 
 def test_the_kernels_of_this_file_are_read() -> None:
-    from jarp.warp._upstream import _warp_internals
+    from jarp.warp._upstream import _warp_kernels
 
-    source = _warp_internals.kernel_source(kb.edge_energy)
+    source = _warp_kernels.kernel_source(kb.edge_energy)
     roots = ("points", "region", "materials", "energy")
     assert tid_indexed(source, roots) == (("region.cells", 0, 0), ("region.rest", 0, 0), ("materials.mu", 0, 0))
-    assert tid_indexed(_warp_internals.kernel_source(kb.guarded_copy), ("x", "y")) == ()
+    assert tid_indexed(_warp_kernels.kernel_source(kb.guarded_copy), ("x", "y")) == ()
 
 
 def _lower(m: Any, *args: Any) -> Any:

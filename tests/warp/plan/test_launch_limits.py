@@ -19,7 +19,7 @@ import warp as wp
 
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi._registry import registry
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_launches
 from tests.support import kernels as k
 from tests.support.lowered import plan_handles
 
@@ -171,7 +171,7 @@ def test_failed_module_load_raises_runtime_error_at_the_call(monkeypatch: pytest
 def test_failed_module_load_in_load_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inc_1d_kernel.module, "load", lambda *a, **kw: None)
     with pytest.raises(RuntimeError, match=r"after a previous build failure.*kernel 'inc_1d_kernel'"):
-        _warp_internals.load_entry_points(inc_1d_kernel, wp.get_device("cpu"), 64)
+        _warp_launches.load_entry_points(inc_1d_kernel, wp.get_device("cpu"), 64)
 
 
 @pytest.mark.parametrize("what", ["kernel", "callable"])

@@ -12,7 +12,7 @@ import warp as wp
 
 from jarp.warp import jax_kernel, list_plans
 from jarp.warp._plan._analysis import _names
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_codegen
 from tests.support import kernels_writes as kw
 from tests.support import kernels_writes_helpers as helpers
 from tests.support.lowered import plan_handles
@@ -73,8 +73,8 @@ def test_a_bare_name_that_is_no_warp_builtin_is_no_builtin() -> None:
 def test_compiled_source_folds_what_warp_folds() -> None:
     for factory, store in ((kw.make_variant, "vectors[i]"), (kw.make_static_variant, "vectors[i]")):
         kept, dropped = factory(True), factory(False)
-        _warp_internals.array_access(dropped)  # Warp's hash pass substitutes wp.static() values
-        _warp_internals.array_access(kept)
+        _warp_codegen.array_access(dropped)  # Warp's hash pass substitutes wp.static() values
+        _warp_codegen.array_access(kept)
         assert store in _names.compiled_source(kept)
         assert store not in _names.compiled_source(dropped)
         assert "y[i] = x[i] + 1.0" in _names.compiled_source(dropped)

@@ -25,7 +25,7 @@ import jarp.warp as jw
 from jarp.warp._plan._arg_spec import arg_spec
 from jarp.warp._plan._signature import param_spec
 from jarp.warp._plan._struct_layout import struct_layout
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_types
 from tests.support import forked
 from tests.support import kernels_kinds as kk
 from tests.support.kernels_kinds import CASES
@@ -101,7 +101,7 @@ def test_non_plain_arrays_are_refused_by_kind(annotation: Any, kind: str) -> Non
 
 def test_plain_array_spellings_are_still_arrays() -> None:
     for annotation in (wp.array(dtype=float), wp.array[float], wp.array2d[wp.vec3], wp.array(dtype=Any)):
-        assert _warp_internals.array_kind(annotation) == "array"
+        assert _warp_types.array_kind(annotation) == "array"
         assert param_spec("p", annotation).is_array
 
 

@@ -15,7 +15,7 @@ import pytest
 import warp as wp
 
 from jarp.warp._plan import _preload
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_launches
 
 MODES = wp.JaxModulePreloadMode
 
@@ -56,7 +56,7 @@ class Fakes:
         fake_jax = SimpleNamespace(config=self, local_devices=self.local_devices)
         monkeypatch.setattr(_preload, "jax", fake_jax)
         monkeypatch.setattr(wp, "device_from_jax", self.device_from_jax)
-        monkeypatch.setattr(_warp_internals, "load_entry_points", self.load)
+        monkeypatch.setattr(_warp_launches, "load_entry_points", self.load)
 
     @property
     def jax_default_device(self) -> Any:

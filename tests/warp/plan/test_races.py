@@ -24,7 +24,7 @@ from jarp.warp._inspect import list_plans
 from jarp.warp._plan._analysis import _generated, _overwrites, _races, _writes
 from jarp.warp._plan._signature import make_signature
 from jarp.warp._plan._values import Runs
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_codegen, _warp_kernels
 from tests.support import kernels_generated_races as kgr
 from tests.support import kernels_generated_writes as kg
 from tests.support import kernels_operator_add as ka
@@ -40,12 +40,12 @@ def every_thread() -> Iterator[None]:
     jw.set_cpu_threads(before)
 
 
-def _functions(kernel: wp.Kernel) -> tuple[_warp_internals.GeneratedFunction, ...]:
+def _functions(kernel: wp.Kernel) -> tuple[_warp_codegen.GeneratedFunction, ...]:
     return _writes.codegen_record(kernel).functions
 
 
 def _params(kernel: wp.Kernel, num_outputs: int = 1) -> tuple[object, ...]:
-    return make_signature(_warp_internals.kernel_params(kernel), num_outputs, (), what="test").params
+    return make_signature(_warp_kernels.kernel_params(kernel), num_outputs, (), what="test").params
 
 
 # -- race freedom -----------------------------------------------------------------------------------------------------

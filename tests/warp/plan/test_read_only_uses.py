@@ -22,7 +22,7 @@ import warp._src.sparse as wp_sparse
 
 from jarp.warp import jax_kernel
 from jarp.warp._plan._analysis import _writes
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 from tests.support import kernels_generated_writes as kg
 from tests.support import read_only_uses as kr
 
@@ -98,7 +98,7 @@ def _case(name: str) -> Case:
 
 def _warp_launch(case: Case) -> list[np.ndarray]:
     """The outputs of ``wp.launch`` on the case's values."""
-    params = _warp_internals.kernel_params(case.kernel)
+    params = _warp_kernels.kernel_params(case.kernel)
     args = []
     for (_, warp_type), value in zip(params, case.inputs, strict=False):
         is_array = isinstance(value, np.ndarray)
@@ -116,7 +116,7 @@ def _jax_value(value: Any) -> Any:
 
 
 def _array_inputs(case: Case) -> tuple[str, ...]:
-    params = _warp_internals.kernel_params(case.kernel)
+    params = _warp_kernels.kernel_params(case.kernel)
     return tuple(p for (p, t), _ in zip(params, case.inputs, strict=False) if wp.types.is_array(t))
 
 
@@ -149,7 +149,7 @@ def test_where_the_resolver_cannot_follow_the_generated_code_decides() -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_accepted_with_the_values_of_wp_launch(name: str, jit: bool) -> None:
     case = _case(name)
-    names = [p for p, _ in _warp_internals.kernel_params(case.kernel)][-len(case.outputs) :]
+    names = [p for p, _ in _warp_kernels.kernel_params(case.kernel)][-len(case.outputs) :]
     dims = {p: (n,) for p, n in zip(names, case.outputs, strict=True)}
     module = jax_kernel(case.kernel, num_outputs=len(case.outputs), launch_dims=case.dims, output_dims=dims)
     values = [_jax_value(v) for v in case.inputs]

@@ -23,7 +23,7 @@ from jarp.warp import jax_kernel
 from jarp.warp._ffi._registry import registry
 from jarp.warp._plan._analysis import _writes
 from jarp.warp._plan._content import ContentError, content_text, rebuild
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels
 from tests.support import rebinding as rb
 from tests.support import rebinding_helpers as helpers
 
@@ -140,8 +140,8 @@ def test_calls_hash_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a call hashed the kernel's code")
 
-    monkeypatch.setattr(_warp_internals, "current_code_hash", refuse)
-    monkeypatch.setattr(_warp_internals, "kernel_code_hash", refuse)
+    monkeypatch.setattr(_warp_kernels, "current_code_hash", refuse)
+    monkeypatch.setattr(_warp_kernels, "kernel_code_hash", refuse)
     for _ in range(3):
         (y,) = f(x)
     np.testing.assert_array_equal(y, 2.0 * np.arange(N))

@@ -23,11 +23,12 @@ import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jarp.warp import _eager, _option_warnings, _value_callables, jax_callable, jax_kernel
+from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _registry
+from jarp.warp._module import _eager, _option_warnings, _value_callables
+from jarp.warp._module._value_callables import value_callable
 from jarp.warp._plan import _values
 from jarp.warp._plan._static_keys import Static, canonical, static_key
-from jarp.warp._value_callables import value_callable
 from tests.support import kernels as k
 from tests.support import kernels64 as k64
 from tests.support import kernels_corner_cases as kr

@@ -32,7 +32,7 @@ from jarp.warp._plan._arg_checks import normalize_value
 from jarp.warp._plan._binding import flatten_struct_value
 from jarp.warp._plan._struct_layout import StructLayout, struct_layout
 from jarp.warp._struct import struct as jarp_struct
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_kernels, _warp_launches, _warp_types
 
 CPU = "cpu"
 
@@ -177,13 +177,13 @@ class StructArg:
 
 
 def _raw_block(kernel: wp.Kernel, values: list[Any]) -> ctypes.Structure:
-    params = _warp_internals.kernel_params(kernel)
+    params = _warp_kernels.kernel_params(kernel)
     fields = []
     for name, t in params:
-        if _warp_internals.is_struct_type(t):
+        if _warp_types.is_struct_type(t):
             fields.append((name, struct_layout(t, name).ctype))
         elif wp.types.is_array(t):
-            fields.append((name, _warp_internals.ArrayStruct))
+            fields.append((name, _warp_launches.ArrayStruct))
         else:
             fields.append((name, wp.types.type_ctype(t)))
     block_type = type("ArgBlock", (ctypes.Structure,), {"_fields_": fields})
@@ -191,7 +191,7 @@ def _raw_block(kernel: wp.Kernel, values: list[Any]) -> ctypes.Structure:
     base = ctypes.addressof(block)
     for (name, t), value in zip(params, values, strict=True):
         off = getattr(block_type, name).offset
-        if _warp_internals.is_struct_type(t):
+        if _warp_types.is_struct_type(t):
             layout = struct_layout(t, name)
             shapes = [a.shape for a in value.arrays]
             raw = adjoint_struct_bytes(layout, shapes) if value.adjoint else struct_bytes(layout, shapes, value.statics)
@@ -204,7 +204,7 @@ def _raw_block(kernel: wp.Kernel, values: list[Any]) -> ctypes.Structure:
                 ctypes.c_uint64.from_address(base + off + slot).value = g.ctypes.data
         elif wp.types.is_array(t):
             ndim = t.ndim
-            arr = _warp_internals.ArrayStruct(value.ctypes.data, 0, ndim, value.shape[:ndim], value.strides[:ndim])
+            arr = _warp_launches.ArrayStruct(value.ctypes.data, 0, ndim, value.shape[:ndim], value.strides[:ndim])
             setattr(block, name, arr)
         else:
             setattr(block, name, value)
@@ -212,15 +212,15 @@ def _raw_block(kernel: wp.Kernel, values: list[Any]) -> ctypes.Structure:
 
 
 def _raw_forward(kernel: wp.Kernel, n: int, values: list[Any]) -> None:
-    entry = _warp_internals.load_entry_points(kernel, wp.get_device(CPU))
-    bounds = _warp_internals.launch_bounds(kernel, (n,), entry.block_dim)
+    entry = _warp_launches.load_entry_points(kernel, wp.get_device(CPU))
+    bounds = _warp_launches.launch_bounds(kernel, (n,), entry.block_dim)
     block = _raw_block(kernel, values)
     _FORWARD(entry.forward)(ctypes.addressof(bounds), ctypes.addressof(block))
 
 
 def _raw_backward(kernel: wp.Kernel, n: int, primal: list[Any], adjoint: list[Any]) -> None:
-    entry = _warp_internals.load_entry_points(kernel, wp.get_device(CPU))
-    bounds = _warp_internals.launch_bounds(kernel, (n,), entry.block_dim)
+    entry = _warp_launches.load_entry_points(kernel, wp.get_device(CPU))
+    bounds = _warp_launches.launch_bounds(kernel, (n,), entry.block_dim)
     block, adj = _raw_block(kernel, primal), _raw_block(kernel, adjoint)
     _BACKWARD(entry.backward)(ctypes.addressof(bounds), ctypes.addressof(block), ctypes.addressof(adj))
 
@@ -371,7 +371,7 @@ def test_struct_bytes_accept_warp_shapes_too() -> None:
 def test_struct_bytes_match_a_warp_instance_with_pointers_zeroed() -> None:
     arrays = _wp_arrays(_body_arrays(np.float32), wp.vec3f, wp.mat22f)
     s = _warp_body(Body32, arrays, STATICS, wp.vec3f, wp.mat22f)
-    warp_raw = bytearray(bytes(_warp_internals.struct_instance_ctype(s)))
+    warp_raw = bytearray(bytes(_warp_types.struct_instance_ctype(s)))
     layout = struct_layout(Body32, "s")
     for slot in pointer_slots(layout):
         warp_raw[slot : slot + 8] = bytes(8)

@@ -21,7 +21,7 @@ import warp as wp
 import tests.support as support
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._plan._analysis import _names, _writes
-from jarp.warp._upstream import _warp_internals
+from jarp.warp._upstream import _warp_codegen, _warp_kernels, _warp_types
 from tests.support import kernels_generated_races as kgr
 from tests.support import kernels_generated_writes as kg
 from tests.support import kernels_write_escapes as ke
@@ -160,7 +160,7 @@ def test_a_constant_false_into_a_function_is_no_write(kernel: wp.Kernel) -> None
     # Warp compiles ``if (var_flag) array_store(...)`` and its record marks ``x`` written for every call; with the
     # constant this kernel passes the store never runs, and the resolver, agreeing with the record without the
     # constant, proves it
-    assert _warp_internals.array_access(kernel)["x"].written
+    assert _warp_codegen.array_access(kernel)["x"].written
     assert "x" in _writes.writes(kernel, specialise=False)
     x = np.arange(N, dtype=np.float32)
     (y,) = jax_kernel(kernel)(jnp.asarray(x))
@@ -205,6 +205,7 @@ def test_without_folding_a_folded_struct_store_counts(monkeypatch: pytest.Monkey
 # marking). The union decides.
 _RESOLVER_ONLY = {
     "row_sum_tile": {"out"},
+    "row_sum_kernel": {"out"},
     "sum_kernel": {"total"},
     "scatter_add_kernel": {"out"},
     "alias_input_kernel": {"victim"},
@@ -257,8 +258,8 @@ def test_warps_record_and_the_resolver_agree_on_every_kernel() -> None:
     assert len(kernels) > 250
     disagreements, specialised = {}, {}
     for kernel in kernels:
-        record = _warp_internals.array_access(kernel)
-        assert record is not None, (kernel.key, _warp_internals.codegen_error(kernel))
+        record = _warp_codegen.array_access(kernel)
+        assert record is not None, (kernel.key, _warp_codegen.codegen_error(kernel))
         by_warp = {p for p, access in record.items() if access.written}
         # on Warp's model (a function writes a parameter if any call could): the resolver sees all Warp records
         by_resolver = {p for p in _writes.writes(kernel, specialise=False) if p in record}
@@ -298,10 +299,10 @@ def test_a_callable_writing_a_struct_field_never_changes_the_callers_array(kerne
 @pytest.mark.parametrize(("kernel", "written"), list(ks.WRITES.items()), ids=lambda v: getattr(v, "key", None))
 def test_what_each_spelling_writes(kernel: wp.Kernel, written: tuple[str, ...]) -> None:
     assert _writes.writes(kernel) == tuple(sorted(written))
-    params = _warp_internals.kernel_params(kernel)
+    params = _warp_kernels.kernel_params(kernel)
     arrays = tuple(label for label, t in params if wp.types.is_array(t))
     assert _writes.written_inputs(kernel, arrays) == tuple(p for p in arrays if p in written)
-    structs = tuple(label for label, t in params if _warp_internals.is_struct_type(t))
+    structs = tuple(label for label, t in params if _warp_types.is_struct_type(t))
     assert _writes.written_struct_fields(kernel, structs) == tuple(sorted(w for w in written if "." in w))
 
 

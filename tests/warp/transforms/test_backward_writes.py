@@ -1,7 +1,7 @@
 """Reverse mode never writes the caller's arrays: a backward launch that may store into a primal input gets a copy.
 
 Unit: ``jarp/warp/_jax/_adjoint.py`` (`adjoint_plan`), with the judgement of Warp's backward code
-(``_plan/_analysis/_generated.backward_written_params`` on ``_upstream/_warp_internals.CodegenRecord.backward``) and
+(``_plan/_analysis/_generated.backward_written_params`` on ``_upstream/_warp_codegen.CodegenRecord.backward``) and
 ``_plan/_builder.backward_writes``. Warp's backward entry point runs code the forward checks never see: the replay of
 each ``@wp.func`` call, the user's ``@wp.func_grad`` and ``@wp.func_replay`` functions. Where that code may store
 into an input, the backward launch must get a private copy of it (the caller's array keeps its value, and the

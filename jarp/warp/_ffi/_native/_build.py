@@ -15,7 +15,7 @@ import jax
 import jaxlib
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_builds, _warp_kernels
 from .. import _threads
 from ._handler import NativeHandler
 
@@ -70,11 +70,11 @@ def build(name: str | None = None) -> NativeHandler:
         name: the JIT module to load it as (default: one per cache key). Each name is a separate copy
             with its own table and configuration (tests drive such a copy with fake XLA and CUDA functions).
     """
-    _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
+    _warp_kernels.runtime_core()  # initialises Warp, which sets its kernel cache directory
     source = _SOURCE.read_text()
     key = _cache_key(source)
     obj = cached_object("jarp_native", key, source, str(_SOURCE), _SHIM_HEADERS, [jax.ffi.include_dir()])
-    lookup = _warp_internals.load_cpu_object(str(obj), name or f"jarp_native_{key}")
+    lookup = _warp_builds.load_cpu_object(str(obj), name or f"jarp_native_{key}")
     native = NativeHandler(lookup, obj)
     if name is None:  # the process's handler (not a test's private copy) follows jarp's thread setting
         _threads.attach(native.set_threads)
@@ -89,7 +89,7 @@ def cached_object(
     It is compiled with the Clang in the warp-lang wheel, with ``headers`` (name -> text) written to a scratch
     include directory first, then ``include_dirs``. ``key`` must change with everything the object depends on.
     """
-    _warp_internals.runtime_core()  # initialises Warp, which sets its kernel cache directory
+    _warp_kernels.runtime_core()  # initialises Warp, which sets its kernel cache directory
     cache = Path(wp.config.kernel_cache_dir) / f"{stem}_{key}"  # pyright: ignore[reportArgumentType]  # set by then
     obj = cache / f"{stem}.o"
     if not obj.exists():
@@ -100,7 +100,7 @@ def cached_object(
             for name, text in headers.items():
                 Path(shims, name).write_text(text)
             try:
-                _warp_internals.compile_cpu_object(source, source_path, str(partial), [shims, *include_dirs])
+                _warp_builds.compile_cpu_object(source, source_path, str(partial), [shims, *include_dirs])
                 os.replace(partial, obj)
             finally:
                 partial.unlink(missing_ok=True)

@@ -15,17 +15,16 @@ import ctypes
 import hashlib
 import importlib.resources
 import platform
-import threading
 from collections.abc import Callable
 
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _locks, _warp_builds
 from ._build import cached_object
 
 _SOURCE = importlib.resources.files(__package__).joinpath("_guard.cpp")  # pyright: ignore[reportArgumentType]  # a module of a package: __package__ is set
 _GUARD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_lock = threading.Lock()  # one jump buffer: guarded launches run one at a time
+_lock = _locks.make("guard")  # one jump buffer: guarded launches run one at a time
 _state: dict[str, object] = {}
 
 
@@ -40,7 +39,7 @@ def _guard() -> Callable[..., int]:
         source = _SOURCE.read_text()
         digest = hashlib.sha256(f"{source}|{wp.config.version}|{platform.machine()}".encode()).hexdigest()[:16]
         obj = cached_object("jarp_guard", digest, source, str(_SOURCE), {}, [])
-        lookup = _warp_internals.load_cpu_object(str(obj), f"jarp_guard_{digest}")
+        lookup = _warp_builds.load_cpu_object(str(obj), f"jarp_guard_{digest}")
         fn = _state["guard"] = _GUARD(lookup("jarp_guarded_call"))
     return fn  # type: ignore[return-value]
 

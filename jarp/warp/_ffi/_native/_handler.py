@@ -4,7 +4,6 @@ layout check that compares the compiled handler's structs and XLA's frame with j
 from __future__ import annotations
 
 import ctypes
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import warp as wp
 
-from ..._upstream import _warp_internals, _xla_ffi
+from ..._upstream import _locks, _warp_launches, _xla_ffi
 from ._abi import (
     I64,
     PTR,
@@ -123,14 +122,14 @@ class NativeHandler:
         self._check_layout()
         self._configure = ctypes.CFUNCTYPE(None, PTR, PTR, PTR, PTR, PTR, PTR)(self._symbols["jarp_configure"])
         self._take_released = ctypes.CFUNCTYPE(I64, ctypes.POINTER(I64), I64)(self._symbols["jarp_take_released"])
-        self._released_lock = threading.Lock()
+        self._released_lock = _locks.make("handler_released")
         self._add_chunk = ctypes.CFUNCTYPE(ctypes.c_int, I64, PTR)(self._symbols["jarp_add_chunk"])
         self._publish = ctypes.CFUNCTYPE(ctypes.c_int, I64, I64, PTR)(self._symbols["jarp_publish"])
         self._begin_exit = ctypes.CFUNCTYPE(None)(self._symbols["jarp_begin_exit"])
         self._python_calls = ctypes.CFUNCTYPE(I64)(self._symbols["jarp_python_calls"])
         self._set_threads = ctypes.CFUNCTYPE(None, I64, I64, I64, I64, I64, I64, I64)(self._symbols["jarp_set_threads"])
         self._pool_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(I64))(self._symbols["jarp_pool_stats"])
-        self._lock = threading.Lock()
+        self._lock = _locks.make("handler")
         self._chunks: dict[int, Any] = {}
         self._published: dict[tuple[int, int], LaunchDescriptor] = {}
         self._withdrawn: list[LaunchDescriptor] = []
@@ -237,9 +236,9 @@ class NativeHandler:
         if cuda is not None:
             cuda_launch, cuda_memset, error_string, cuda_memcpy = cuda
         elif wp.is_cuda_available():
-            cuda_launch, cuda_memset = _warp_internals.cuda_launch_address(), _warp_internals.cuda_memset_address()
-            cuda_memcpy = _warp_internals.cuda_memcpy_address()
-            error_string = _warp_internals.error_string_address()
+            cuda_launch, cuda_memset = _warp_launches.cuda_launch_address(), _warp_launches.cuda_memset_address()
+            cuda_memcpy = _warp_launches.cuda_memcpy_address()
+            error_string = _warp_launches.error_string_address()
         self._callbacks = ((PTR * 4)(*[slow[k] for k in _ORDER]), (PTR * 4)(*[resolve[k] for k in _ORDER]))
         self._configure(self._callbacks[0], self._callbacks[1], cuda_launch, cuda_memset, error_string, cuda_memcpy)
 

@@ -4,15 +4,15 @@ this process uses (`status`)."""
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from typing import Any
 
+from ..._upstream import _locks
 from ._build import build
 from ._handler import NativeHandler
 
 ENV = "JARP_LAUNCH"
-_lock = threading.Lock()
+_lock = _locks.make("native_build")
 _state: dict[str, Any] = {}
 
 

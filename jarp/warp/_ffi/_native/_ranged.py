@@ -5,13 +5,13 @@ every task index of a launch, one after another. jarp splits a launch of a kerne
 (`jarp.warp._plan._analysis._races`) into index ranges that run on several threads, so it needs an entry point that runs a
 range. The per-task function it must call, ``{name}_cpu_kernel_forward<bool>`` (``_backward``), is ``static`` in
 Warp's translation unit; jarp therefore compiles a companion object: the exact source Warp compiled for the module
-build (`_warp_internals.loaded_build`), with one ranged entry point per kernel appended, built with the build's own
+build (`_warp_builds.loaded_build`), with one ranged entry point per kernel appended, built with the build's own
 options (so each task's arithmetic is the same code, compiled the same way). The ranged entry copies the statements
 of Warp's dispatch function (the runtime choice of the ``wp_linear_contiguous`` specialisation) verbatim.
 
 This module generates that C++ (`ranged_cpu_entry`), caches the objects on disk and per loaded build, and checks
 that Warp's generated code still has the shape it copies (`check_ranged_entries`). What it asks of Warp (the source
-and options of a loaded build, compiling and loading an object) goes through `_upstream._warp_internals`.
+and options of a loaded build, compiling and loading an object) goes through `_upstream._warp_builds`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_builds, _warp_kernels, _warp_launches
 
 # Bump when the C++ `_ranged_appendix` emits changes: it is part of the companion objects' on-disk cache key.
 RANGED_TEMPLATE_VERSION = 3
@@ -123,7 +123,7 @@ def ranged_entry_symbol(mangled_name: str, backward: bool = False) -> str:
     return mangled_name + (_RANGED_BACKWARD_SUFFIX if backward else _RANGED_SUFFIX)
 
 
-def ranged_cpu_entry(kernel: wp.Kernel, entry: _warp_internals.EntryPoints, backward: bool = False) -> int:
+def ranged_cpu_entry(kernel: wp.Kernel, entry: _warp_launches.EntryPoints, backward: bool = False) -> int:
     """The address of jarp's ranged CPU entry point of ``kernel`` in the module build ``entry`` came from; 0 if none.
 
     The forward entry point is ``extern "C" void {name}_jarp_cpu_forward_range(wp::launch_bounds_t<N>* dim,
@@ -158,9 +158,9 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: _warp_internals.EntryPoints, back
     if entry.block_dim != 1:
         return 0
     module_exec = entry.module_exec
-    lock = _warp_internals.warp_lock()
+    lock = _warp_kernels.warp_lock()
     with lock:
-        name = _warp_internals.mangled_name(kernel, entry)
+        name = _warp_builds.mangled_name(kernel, entry)
         companion = _ranged_by_exec.get(module_exec, {}).get(backward)
     job = None if companion is not None else _ranged_job(kernel, entry, backward)
     if job is not None:
@@ -175,9 +175,7 @@ def ranged_cpu_entry(kernel: wp.Kernel, entry: _warp_internals.EntryPoints, back
                 if source:
                     lookup = _ranged_objects.get(key)
                     if lookup is None:
-                        lookup = _warp_internals.load_cpu_object(
-                            path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}"
-                        )
+                        lookup = _warp_builds.load_cpu_object(path, f"jarp_ranged_{key[:16]}_{next(_ranged_handles)}")
                         _ranged_objects[key] = lookup
                 companion = (lookup, refused)
                 _ranged_by_exec.setdefault(module_exec, {})[backward] = companion
@@ -200,7 +198,7 @@ _FORWARD_ENTRY_HEAD = re.compile(r"^WP_API void (\w+)_cpu_forward\(", re.MULTILI
 
 
 def _ranged_job(
-    kernel: wp.Kernel, entry: _warp_internals.EntryPoints, backward: bool
+    kernel: wp.Kernel, entry: _warp_launches.EntryPoints, backward: bool
 ) -> tuple[str, str, dict[str, Any], dict[str, str]]:
     """What to compile for the companion object of ``entry``'s module build, in one direction.
 
@@ -208,7 +206,7 @@ def _ranged_job(
         ``(key, source, build options, refused)``: the object's cache key, the source with the ranged entries
         appended ("" when no kernel gets one), the ``build_cpu`` options and, by mangled name, why a kernel gets none.
     """
-    source, build = _warp_internals.loaded_build(kernel, entry)
+    source, build = _warp_builds.loaded_build(kernel, entry)
     appendix, refused = _ranged_appendix(source, backward)
     if not appendix:
         return "", "", {}, refused
@@ -221,7 +219,7 @@ def _ranged_job(
     identity = (
         RANGED_TEMPLATE_VERSION,
         wp.__version__,
-        _warp_internals.cpu_target_hash(build["extra_flags"]),
+        _warp_builds.cpu_target_hash(build["extra_flags"]),
         sorted(build.items()),
         source,
     )
@@ -231,7 +229,7 @@ def _ranged_job(
 
 def _ranged_object(key: str, source: str, build: dict[str, Any], module_name: str) -> str:
     """The path of the companion object ``key``, compiled now unless the cache has it (written atomically)."""
-    directory = _warp_internals.kernel_cache_dir() / "jarp-ranged"
+    directory = _warp_builds.kernel_cache_dir() / "jarp-ranged"
     directory.mkdir(parents=True, exist_ok=True)
     stem = key[:32]
     obj = directory / f"{stem}.o"
@@ -241,7 +239,7 @@ def _ranged_object(key: str, source: str, build: dict[str, Any], module_name: st
     cpp_tmp, obj_tmp = directory / f"{stem}{tag}.cpp", directory / f"{stem}{tag}.o"
     cpp_tmp.write_text(source, encoding="utf-8")
     try:
-        _warp_internals.build_cpu_object(str(obj_tmp), str(cpp_tmp), build)
+        _warp_builds.build_cpu_object(str(obj_tmp), str(cpp_tmp), build)
     except Exception as e:
         obj_tmp.unlink(missing_ok=True)
         raise RuntimeError(
@@ -364,9 +362,9 @@ def check_ranged_entries() -> None:
     It generates (without compiling) the CPU source of a probe module, with a kernel that takes Warp's contiguous
     1-D specialisation and a 2-D kernel, and checks that each gets a ranged entry point copying Warp's dispatch,
     (Warp's side of the build, the options and the source of a loaded build, is checked by
-    `_warp_internals.check_cpu_builds`.)
+    `_warp_builds.check_internals`.)
     """
-    templates = _warp_internals.cpu_codegen_templates()
+    templates = _warp_builds.cpu_codegen_templates()
     assert "static void {name}_cpu_kernel_forward(" in templates["kernel_forward"], (
         "Warp's per-task CPU function changed"
     )
@@ -383,11 +381,11 @@ def check_ranged_entries() -> None:
     )
     assert _TILE_SETUP in templates["module_backward"], "Warp's CPU backward dispatch changed"
     assert _TILE_SETUP in tasks, "Warp's CPU dispatch no longer sets up tile storage as jarp's ranged entry expects"
-    with _warp_internals.warp_lock():
+    with _warp_kernels.warp_lock():
         module = wp.get_module("jarp._ranged_probe")
         linear = wp.Kernel(_ranged_probe_linear, key="_jarp_ranged_probe_linear", module=module)
         grid = wp.Kernel(_ranged_probe_grid, key="_jarp_ranged_probe_grid", module=module)
-    source = _warp_internals.module_codegen(module, "cpu", block_dim=1)
+    source = _warp_builds.module_codegen(module, "cpu", block_dim=1)
     appendix, refused = _ranged_appendix(source)
     assert refused == {}, f"the probe kernels got no ranged entry points: {refused}"
     if module.options.get("enable_backward", True):

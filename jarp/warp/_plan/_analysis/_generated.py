@@ -1,7 +1,7 @@
 """What a kernel's generated C++ may write: the array parameters whose pointer reaches a store, or anything not known
 to only read.
 
-Warp generates every kernel and ``@wp.func`` (`_warp_internals.GeneratedFunction`) in a regular, single-assignment
+Warp generates every kernel and ``@wp.func`` (`_warp_codegen.GeneratedFunction`) in a regular, single-assignment
 form in which every array access goes through a few runtime functions: ``wp::address``/``wp::index``/``wp::view``
 derive a reference or a view from an array, ``wp::load`` reads through one, ``wp::array_store``, ``wp::store`` and
 the ``wp::atomic_*`` write. Whatever the Python spelling (operator overloading, references, ``wp.store``, a function
@@ -28,7 +28,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from ..._upstream._warp_internals import GeneratedFunction
+from ..._upstream._warp_codegen import GeneratedFunction
 from .. import _cache_table
 from ._builtins import (
     ACCUMULATING_ATOMICS,
@@ -64,7 +64,7 @@ def written_params(functions: Sequence[GeneratedFunction]) -> tuple[str, ...]:
 
     Args:
         functions: the kernel's generated function, then every ``@wp.func`` overload it calls
-            (`_warp_internals.CodegenRecord.functions`).
+            (`_warp_codegen.CodegenRecord.functions`).
 
     Returns:
         The parameters' Warp names (``"x"`` for ``var_x``), in parameter order.
@@ -83,9 +83,9 @@ def backward_written_params(
     """The primal array parameters of a kernel that its backward code may write (`backward_write_sites`).
 
     Args:
-        functions: the kernel's forward functions (`_warp_internals.CodegenRecord.functions`).
+        functions: the kernel's forward functions (`_warp_codegen.CodegenRecord.functions`).
         backward: the kernel's backward code, then the reverse and replay functions of what it calls
-            (`_warp_internals.CodegenRecord.backward`).
+            (`_warp_codegen.CodegenRecord.backward`).
 
     Returns:
         The parameters' Warp names (``"x"`` for ``var_x``), in parameter order; every array parameter where there is
@@ -119,9 +119,9 @@ def backward_write_sites(
     pointer, which the launch points at the adjoint).
 
     Args:
-        functions: the kernel's forward functions (`_warp_internals.CodegenRecord.functions`).
+        functions: the kernel's forward functions (`_warp_codegen.CodegenRecord.functions`).
         backward: the kernel's backward code, then the reverse and replay functions of what it calls
-            (`_warp_internals.CodegenRecord.backward`).
+            (`_warp_codegen.CodegenRecord.backward`).
 
     Returns:
         The writes, sorted (``via``: the key of the function the backward code calls in which it happens, which for
@@ -313,7 +313,7 @@ def write_sites(functions: tuple[GeneratedFunction, ...]) -> tuple[Write, ...]:
 
     Args:
         functions: the kernel's generated function, then every ``@wp.func`` overload it calls
-            (`_warp_internals.CodegenRecord.functions`).
+            (`_warp_codegen.CodegenRecord.functions`).
 
     Returns:
         The writes, sorted; empty for no code (the caller decides what no code means).

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ..._upstream import _python_ast, _warp_internals
+from ..._upstream import _python_ast, _warp_codegen, _warp_kernels
 from ._syntax import attribute_path
 
 MISSING = object()
@@ -105,7 +105,7 @@ def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
     if name is None or obj is UNREADABLE or isinstance(obj, types.ModuleType):
         return None
     key = name.rsplit(".", 1)[-1]
-    if not _warp_internals.is_builtin_name(key):
+    if not _warp_kernels.is_builtin_name(key):
         return None
     if obj is MISSING:
         root_is_warp = "." not in name or resolve_path(func, name.rsplit(".", 1)[0]) is wp
@@ -223,7 +223,7 @@ _COMPARE = {
 
 def function_tree(fn: Any) -> ast.FunctionDef | None:
     """The syntax tree Warp compiles for a kernel or ``@wp.func`` (its ``wp.static`` expressions substituted)."""
-    return _warp_internals.function_tree(fn)
+    return _warp_codegen.function_tree(fn)
 
 
 def assigned_names(tree: ast.FunctionDef) -> frozenset[str]:
@@ -272,7 +272,7 @@ def compiled_source(fn: Any) -> str:
     turned back into source (a ``wp.static`` value with no literal form), the user's own source: an analysis of it
     sees every branch, which only makes it more careful.
     """
-    source = _warp_internals.kernel_source(fn)
+    source = _warp_kernels.kernel_source(fn)
     tree = function_tree(fn)
     if tree is None:
         return source

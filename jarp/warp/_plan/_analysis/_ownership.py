@@ -72,7 +72,7 @@ def race_free_blocker(
     a local that may hold an array view (``row = a[i]`` of a 2-d ``a``), a call of a computed function.
 
     Args:
-        source: the function's Python source (``_warp_internals.kernel_source``).
+        source: the function's Python source (``_warp_kernels.kernel_source``).
         arrays: ``(path, ndim)`` of each array parameter (``"x"``) and struct array field (``"mesh.verts"``);
             ndim -1 when unknown.
         structs: the struct parameters (and, in a function, every parameter whose type may hold arrays).

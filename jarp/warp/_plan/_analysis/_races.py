@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_codegen, _warp_kernels, _warp_types
 from .._arg_spec import ArgSpec
 from .._struct_layout import passed_by_value
 from .._values import Buffer, Param, Runs
@@ -176,7 +176,7 @@ def race_blocker(kernel: wp.Kernel, params: Sequence[ArgSpec], launch_ndim: int)
     # an array Warp sees written but the proof does not is checked for uses off the thread index
     k = _kernel_arrays(kernel, params)
     reason, calls = _ownership.race_free_blocker(
-        _warp_internals.kernel_source(kernel), k.arrays, k.structs, launch_ndim=launch_ndim, written=k.written
+        _warp_kernels.kernel_source(kernel), k.arrays, k.structs, launch_ndim=launch_ndim, written=k.written
     )
     # and the generated code must agree: every write a plain store in the kernel's own code
     reason = reason or _calls_blocker(kernel.func, calls, 0)
@@ -220,7 +220,7 @@ def private_blocker(
         return "a function named tid that is not Warp's wp.tid", ()
     k = _kernel_arrays(kernel, params)
     reason, found = _ownership.accumulation_blocker(
-        _warp_internals.kernel_source(kernel),
+        _warp_kernels.kernel_source(kernel),
         k.arrays,
         k.structs,
         candidates,
@@ -239,7 +239,7 @@ def private_blocker(
     return None, tuple((spec.name, combined[spec.name]) for spec in params if spec.name in combined)
 
 
-def _generated_code(kernel: wp.Kernel) -> tuple[_warp_internals.GeneratedFunction, ...]:
+def _generated_code(kernel: wp.Kernel) -> tuple[_warp_codegen.GeneratedFunction, ...]:
     """The kernel's generated functions (`_writes.codegen_record`); none where Warp could not generate them."""
     record = _writes.codegen_record(kernel)
     return record.functions if record.error is None else ()
@@ -290,14 +290,14 @@ def _param_accumulation(caller: Any, name: str, position: int, depth: int) -> tu
     for overload in dict.fromkeys([fn, *getattr(fn, "user_overloads", {}).values()]):
         if getattr(overload, "adj", None) is None:
             return None, "a function without Python source"
-        labels = _warp_internals.kernel_params(overload)
+        labels = _warp_kernels.kernel_params(overload)
         if position >= len(labels) or not wp.types.is_array(labels[position][1]):
             return None, "the array goes to a parameter that is not a plain array"
         param = labels[position][0]
         arrays = tuple((label, t.ndim) for label, t in labels if wp.types.is_array(t))
         others = tuple(label for label, t in labels if not wp.types.is_array(t) and not passed_by_value(t))
         reason, found = _ownership.accumulation_blocker(
-            _warp_internals.kernel_source(overload), arrays, others, (param,), in_function=True
+            _warp_kernels.kernel_source(overload), arrays, others, (param,), in_function=True
         )
         if reason is not None or found is None:
             return None, reason or "unknown"
@@ -335,7 +335,7 @@ def warps_thread_index(kernel: Any) -> bool:
     thread index by its name; a user function called ``tid`` would pass for it. False also for a source jarp cannot
     read.
     """
-    calls = _builtins.called_names(_warp_internals.kernel_source(kernel))
+    calls = _builtins.called_names(_warp_kernels.kernel_source(kernel))
     if calls is None:
         return False
     for name, _ in calls:
@@ -380,7 +380,7 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
         return "a native snippet (wp.func_native), which jarp cannot read"
     if depth >= _MAX_DEPTH:
         return "functions nested too deep to follow"
-    calls = _builtins.called_names(_warp_internals.kernel_source(kernel))
+    calls = _builtins.called_names(_warp_kernels.kernel_source(kernel))
     if calls is None:
         return "source jarp cannot read"
     for name, line in calls:
@@ -437,7 +437,7 @@ def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
         return "a racy builtin under another name"
     if obj is wp.static:
         return None
-    if isinstance(obj, type) or _warp_internals.is_struct_type(obj):
+    if isinstance(obj, type) or _warp_types.is_struct_type(obj):
         return None  # a constructor: scalar, vector, matrix, struct (value types), range
     if isinstance(obj, types.BuiltinFunctionType) and getattr(obj, "__module__", None) == "builtins":
         return None  # min, max, abs, len...: Warp calls its builtin of the same name
@@ -458,13 +458,13 @@ def _function_blocker(fn: Any, depth: int) -> str | None:
             return "a function without Python source"
         arrays: list[tuple[str, int]] = []
         others: list[str] = []
-        for label, warp_type in _warp_internals.kernel_params(overload):
+        for label, warp_type in _warp_kernels.kernel_params(overload):
             if wp.types.is_array(warp_type):
                 arrays.append((label, warp_type.ndim))
             elif not passed_by_value(warp_type):
                 others.append(label)  # a struct, Any or another type that may hold arrays: stores into it refused
         reason, calls = _ownership.race_free_blocker(
-            _warp_internals.kernel_source(overload), tuple(arrays), tuple(others), in_function=True
+            _warp_kernels.kernel_source(overload), tuple(arrays), tuple(others), in_function=True
         )
         reason = reason or _calls_blocker(overload.func, calls, depth + 1)
         if reason is not None:

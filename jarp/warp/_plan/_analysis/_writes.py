@@ -3,7 +3,7 @@
 XLA owns a jarp call's inputs (it may share their buffers with the caller), so a kernel may not write one unless
 it is declared in-out. Three sources judge (in doubt: write):
 
-1. Warp's own record (`_warp_internals.array_access`): the array parameters its code generator marked written
+1. Warp's own record (`_warp_codegen.array_access`): the array parameters its code generator marked written
    while it generated the kernel, after resolving names (closures, globals, module attributes, keyword arguments,
    aliases of builtins, ``@wp.func`` calls) and folding branches on Python constants. A store Warp never emits
    is no write.
@@ -20,7 +20,7 @@ For an array parameter the generated code decides wherever Warp generated it all
 follows the overload each call resolves to and every use of the pointer, where the resolver, a walk of Python
 syntax, counts as written whatever it cannot follow. Elsewhere, and for struct fields (which the generated code does
 not judge), a write any source sees counts. Every judgement holds for one version of the kernel's code: Warp's hash of
-it (`_warp_internals.current_code_hash`), which changes when a name its code resolves is rebound to other code.
+it (`_warp_kernels.current_code_hash`), which changes when a name its code resolves is rebound to other code.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_codegen, _warp_kernels, _warp_types
 from .._struct_layout import passed_by_value
 from .._weakcache import weak_cache
 from . import _generated, _names
@@ -85,7 +85,7 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
     general, specialised = seen(_writes_now(kernel, False)), seen(_writes_now(kernel, True))
     generated = seen(_generated_now(kernel))
     decides = _generated_decides(codegen_record(kernel))
-    types = dict(_warp_internals.kernel_params(kernel))
+    types = dict(_warp_kernels.kernel_params(kernel))
     written = set()
     for n in names:
         # Warp's record and the generated code are context-insensitive: a function's parameter is written if any
@@ -96,13 +96,13 @@ def written_inputs(kernel: wp.Kernel, names: tuple[str, ...]) -> tuple[str, ...]
         # Where the generated code decides, the resolver's write without it is one it could not rule out, no more.
         # Not for an array of structs: the generated code follows the array's own pointer, not the pointers its
         # elements' array fields hold (``args[0].arr[i] = ...``), which the resolver counts
-        by_generated = decides and not _warp_internals.is_struct_type(getattr(types.get(n), "dtype", None))
+        by_generated = decides and not _warp_types.is_struct_type(getattr(types.get(n), "dtype", None))
         if (in_code and not dead) or (n in specialised and not by_generated):
             written.add(n)
     return tuple(n for n in names if n in written)
 
 
-def _generated_decides(record: _warp_internals.CodegenRecord) -> bool:
+def _generated_decides(record: _warp_codegen.CodegenRecord) -> bool:
     """Whether the generated code of ``record`` decides which array parameters are written: Warp generated the
     kernel and every function it calls, none of them native code (whose body nothing reads)."""
     return record.error is None and bool(record.functions) and not any(f.opaque for f in record.functions)
@@ -123,7 +123,7 @@ def written_struct_fields(kernel: wp.Kernel, structs: tuple[str, ...]) -> tuple[
     record = codegen_record(kernel)
     if record.error is None and structs:
         types: dict[str, Any] = {}
-        for label, warp_type in _warp_internals.kernel_params(kernel):
+        for label, warp_type in _warp_kernels.kernel_params(kernel):
             if label in structs:
                 _add_types(types, label, warp_type, 0)
         for write in _generated.write_sites(record.functions):
@@ -143,7 +143,7 @@ def _struct_field(path: str, types: dict[str, Any]) -> tuple[str, ...]:
             return (".".join(parts[: n - 1]),)
         if wp.types.is_array(warp_type):
             return (prefix,)
-        if not _warp_internals.is_struct_type(warp_type):
+        if not _warp_types.is_struct_type(warp_type):
             return ()
     if any(p.startswith(path + ".") and wp.types.is_array(t) for p, t in types.items()):
         return (path,)
@@ -166,27 +166,27 @@ def _version(kernel: wp.Kernel) -> tuple[Any, ...]:
 
 
 def code_hash(kernel: wp.Kernel) -> str | None:
-    """Warp's hash of the code its next build of ``kernel`` compiles (`_warp_internals.current_code_hash`), which
+    """Warp's hash of the code its next build of ``kernel`` compiles (`_warp_kernels.current_code_hash`), which
     the judgements here are drawn from and cached by; None where Warp cannot hash it (its code does not build)."""
     return _code_hash(kernel, check=True)
 
 
 def _code_hash(kernel: wp.Kernel, check: bool) -> str | None:
-    """Warp's hash of ``kernel``'s code (`_warp_internals.current_code_hash`); None where Warp cannot hash it (its
+    """Warp's hash of ``kernel``'s code (`_warp_kernels.current_code_hash`); None where Warp cannot hash it (its
     code does not build: the codegen record holds Warp's error)."""
     try:
-        return _warp_internals.current_code_hash(kernel, check=check)
+        return _warp_kernels.current_code_hash(kernel, check=check)
     except Exception:
         return None
 
 
 @weak_cache
-def _codegen_at(kernel: wp.Kernel, version: tuple[Any, ...]) -> _warp_internals.CodegenRecord:
-    return _warp_internals.codegen_record(kernel)
+def _codegen_at(kernel: wp.Kernel, version: tuple[Any, ...]) -> _warp_codegen.CodegenRecord:
+    return _warp_codegen.codegen_record(kernel)
 
 
-def codegen_record(kernel: wp.Kernel) -> _warp_internals.CodegenRecord:
-    """What Warp's code generator records of ``kernel`` (`_warp_internals.codegen_record`), generated once per
+def codegen_record(kernel: wp.Kernel) -> _warp_codegen.CodegenRecord:
+    """What Warp's code generator records of ``kernel`` (`_warp_codegen.codegen_record`), generated once per
     version of its code (`_version`: the hash Warp keeps, which the last `code_hash` brought up to date)."""
     return _codegen_at(kernel, _version(kernel))
 
@@ -236,14 +236,14 @@ def _generated_now(kernel: wp.Kernel) -> tuple[str, ...]:
     return _generated.written_params(record.functions)
 
 
-def _record(kernel: wp.Kernel) -> dict[str, _warp_internals.ArrayAccess] | None:
-    """Warp's read/write record of ``kernel`` (`_warp_internals.array_access`)."""
+def _record(kernel: wp.Kernel) -> dict[str, _warp_codegen.ArrayAccess] | None:
+    """Warp's read/write record of ``kernel`` (`_warp_codegen.array_access`)."""
     return codegen_record(kernel).access
 
 
 @weak_cache
 def _kernel_writes(kernel: wp.Kernel, specialise: bool, version: tuple[Any, ...]) -> tuple[str, ...]:
-    params = _warp_internals.kernel_params(kernel)
+    params = _warp_kernels.kernel_params(kernel)
     types: dict[str, Any] = {}
     for label, warp_type in params:
         _add_types(types, label, warp_type, 0)
@@ -266,8 +266,8 @@ class _Context:
 def _add_types(types: dict[str, Any], path: str, warp_type: Any, depth: int) -> None:
     """The Warp type of a parameter path and, for a struct, of each field's path (``"s.arr"``)."""
     types[path] = warp_type
-    if depth < _MAX_DEPTH and _warp_internals.is_struct_type(warp_type):
-        for field, field_type in _warp_internals.struct_fields(warp_type):
+    if depth < _MAX_DEPTH and _warp_types.is_struct_type(warp_type):
+        for field, field_type in _warp_types.struct_fields(warp_type):
             _add_types(types, f"{path}.{field}", field_type, depth + 1)
 
 
@@ -381,7 +381,7 @@ class _Walk:
                     # ``a[i]`` of a 2-d array is a view of ``a``, and a struct element a reference into it; a
                     # scalar, vector or matrix element is a value
                     full = len(index) >= warp_type.ndim and not any(isinstance(e, ast.Slice) for e in index)
-                    if full and not _warp_internals.is_struct_type(warp_type.dtype):
+                    if full and not _warp_types.is_struct_type(warp_type.dtype):
                         continue
                 found.add(base)
             return found
@@ -409,7 +409,7 @@ class _Walk:
         warp_type = self.types.get(base)
         if warp_type is None:
             return {base}  # a path of unknown type: in doubt, the whole of it
-        if _warp_internals.is_struct_type(warp_type):
+        if _warp_types.is_struct_type(warp_type):
             return {f"{base}.{attr}"}  # a field, whatever its name (``s.x``, ``s.p``)
         if wp.types.is_array(warp_type):
             return set() if attr in _ARRAY_VALUES else {base}  # ``a.shape`` is a value; ``a.ptr`` refers to ``a``
@@ -463,7 +463,7 @@ class _Walk:
             return  # ``type(s)(...)`` constructs a value of a Warp type: its result is tracked (`refs`)
         if isinstance(obj, wp.Function) and not obj.is_builtin():
             for overload in _overloads(obj, node):
-                typed = dict(_warp_internals.kernel_params(overload))
+                typed = dict(_warp_kernels.kernel_params(overload))
                 params = list(typed)
                 roots: dict[str, set[str]] = {}
                 bound = [(params[i] if i < len(params) else None, found) for i, found in handed]
@@ -478,7 +478,7 @@ class _Walk:
                 consts = self._constants(node, params)
                 self.written |= _function_writes(overload, roots, consts, self.context, self.depth + 1)
             return
-        if isinstance(obj, type) or _warp_internals.is_struct_type(obj):
+        if isinstance(obj, type) or _warp_types.is_struct_type(obj):
             return  # a constructor (a struct, a vector): what it is handed is not written (its result is tracked)
         # A callee jarp cannot follow (computed, a callable parameter): what it is handed counts as written
         self.written |= everything
@@ -512,7 +512,7 @@ def _overloads(fn: wp.Function, call: ast.Call) -> list[Any]:
     keywords = {k.arg for k in call.keywords}
 
     def binds(overload: Any) -> bool:
-        params = [name for name, _ in _warp_internals.kernel_params(overload)]
+        params = [name for name, _ in _warp_kernels.kernel_params(overload)]
         defaults = getattr(overload, "defaults", None) or {}
         if positional > len(params) or not keywords <= set(params[positional:]):
             return False
@@ -540,7 +540,7 @@ def _bound_args(obj: Any, call: ast.Call) -> list[tuple[Any, ast.expr]]:
 
 
 def _param_type(fn: Any, position: int | None, name: str | None) -> Any:
-    params = _warp_internals.kernel_params(fn)
+    params = _warp_kernels.kernel_params(fn)
     if position is not None:
         return params[position][1] if position < len(params) else None
     return dict(params).get(name)  # pyright: ignore[reportArgumentType]  # given a name where no position

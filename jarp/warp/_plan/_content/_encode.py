@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_kernels
 from .. import _runtime_scalars
 from .._values import Binding, Buffer, Plan, Runs
 from ._fields import ABI_VERSION, DTYPES
@@ -116,7 +116,7 @@ def _kernel_not_portable(plan: Plan) -> str | None:
     base, _, _ = _runtime_scalars.origin(target)
     lookup = base.generic_parent if base.generic_parent is not None else base
     module = getattr(base.module, "name", None)
-    if not isinstance(module, str) or _warp_internals.registered_kernel(module, lookup.key) is not lookup:
+    if not isinstance(module, str) or _warp_kernels.registered_kernel(module, lookup.key) is not lookup:
         return (
             f"kernel {base.key!r} is not the kernel Warp's module registry holds under its key in Warp module "
             f"{module!r} (redefined since under the same key, or built outside a registered module), so another "
@@ -124,7 +124,7 @@ def _kernel_not_portable(plan: Plan) -> str | None:
         )
     if base.generic_parent is not None and base not in base.generic_parent.overloads.values():
         return f"kernel {base.key!r}: this overload is not registered with its generic kernel."
-    if _warp_internals.kernel_code_hash(base, hash_block_dim(plan.block_dim)) is None:
+    if _warp_kernels.kernel_code_hash(base, hash_block_dim(plan.block_dim)) is None:
         return f"kernel {base.key!r} is not among the live kernels of its Warp module {module!r}."
     return None
 
@@ -174,12 +174,12 @@ def _encode_target(plan: Plan) -> dict[str, Any]:
     if not isinstance(target, wp.Kernel):
         raise ValueError(f"{plan.name}: its target {target!r} is not a Warp kernel.")
     base, names, checked = _runtime_scalars.origin(target)
-    digest = _warp_internals.current_code_hash(base, hash_block_dim(plan.block_dim))  # the code as it stands
+    digest = _warp_kernels.current_code_hash(base, hash_block_dim(plan.block_dim))  # the code as it stands
     if digest is None:
         raise ValueError(_kernel_not_portable(plan) or f"kernel {base.key!r} has no code hash.")
     overload = None
     if base.generic_parent is not None:
-        overload = [wp.types.type_repr(t) for _, t in _warp_internals.kernel_params(base)]
+        overload = [wp.types.type_repr(t) for _, t in _warp_kernels.kernel_params(base)]
     return {
         "kind": "kernel",
         "module": base.module.name,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_kernels
 from .. import _analysis, _dtypes, _launch_checks
 from .._analysis import _names, _races
 from .._arg_spec import ArgSpec
@@ -147,15 +147,15 @@ def check_plan(plan: Plan) -> None:
     if plan.runs is Runs.CALLABLE and (plan.bounds_checked or plan.cpu_blocks or plan.block_dim is not None):
         invalid("a callable plan has no block_dim, cpu_blocks or bounds_checked")
     if plan.runs is Runs.KERNEL:
-        abi = _warp_internals.entry_point_abi(plan.target)
+        abi = _warp_kernels.entry_point_abi(plan.target)
         if abi != "warp":
             invalid(f"the kernel uses Warp's entry_point_abi={abi!r}, which jarp does not launch")
         if plan.cpu_blocks and plan.block_dim is None:
             invalid("field 'cpu_blocks' is true without a block_dim")
-        if plan.bounds_checked != (_warp_internals.kernel_mode(plan.target) == "debug"):
+        if plan.bounds_checked != (_warp_kernels.kernel_mode(plan.target) == "debug"):
             invalid(
                 f"field 'bounds_checked' is {plan.bounds_checked}, but the kernel is built in "
-                f"{_warp_internals.kernel_mode(plan.target)!r} mode"
+                f"{_warp_kernels.kernel_mode(plan.target)!r} mode"
             )
     try:
         _launch_checks.check_array_extents(plan.params, plan.operands, plan.results, plan.name)

@@ -14,7 +14,7 @@ from typing import Any
 
 import warp as wp
 
-from ..._upstream import _warp_internals
+from ..._upstream import _warp_kernels
 from .. import _annotations, _runtime_scalars
 from .._signature import param_spec
 from .._values import Runs
@@ -34,7 +34,7 @@ from ._fields import (
 
 def hash_block_dim(block_dim: int | None) -> int:
     """The block dim whose module build the code hash is taken from (the CUDA one a launch uses)."""
-    return _warp_internals.CUDA_BLOCK_DIM if block_dim is None else block_dim
+    return _warp_kernels.CUDA_BLOCK_DIM if block_dim is None else block_dim
 
 
 def resolve_qualname(module: str, qualname: str) -> Any:
@@ -152,7 +152,7 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         overload = tuple(
             read_str(t, f"target.overload[{i}]") for i, t in enumerate(read_list(overload, "target.overload"))
         )
-    kernel = _warp_internals.registered_kernel(module, key)
+    kernel = _warp_kernels.registered_kernel(module, key)
     if kernel is None:
         raise ContentError(
             "not_found",
@@ -171,7 +171,7 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         found = [
             ovl
             for ovl in list(kernel.overloads.values())
-            if tuple(wp.types.type_repr(t) for _, t in _warp_internals.kernel_params(ovl)) == overload
+            if tuple(wp.types.type_repr(t) for _, t in _warp_kernels.kernel_params(ovl)) == overload
         ]
         if not found:
             raise ContentError(
@@ -183,7 +183,7 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         kernel = found[0]
     elif kernel.is_generic:
         invalid(f"{what} is generic, and field 'target.overload' names no argument types")
-    if _warp_internals.current_code_hash(kernel, hash_block_dim(block_dim)) != digest:  # the code as it stands
+    if _warp_kernels.current_code_hash(kernel, hash_block_dim(block_dim)) != digest:  # the code as it stands
         raise ContentError(
             "changed",
             f"{what} has other code than the kernel the program was compiled with (its Warp code hash differs: "
@@ -197,7 +197,7 @@ def _find_kernel(raw: dict[str, Any], block_dim: int | None) -> wp.Kernel:
         except (TypeError, ValueError, SyntaxError) as e:
             invalid(f"field 'target.runtime' {list(names)}: {what} has no such runtime variant ({e})")
     if checked:
-        if _warp_internals.kernel_mode(kernel) == "debug":
+        if _warp_kernels.kernel_mode(kernel) == "debug":
             invalid(f"field 'target.checked' is true, but {what} is built in debug mode already")
         kernel = _runtime_scalars.bounds_checked(kernel)
     return kernel
@@ -207,7 +207,7 @@ def _check_runtime_names(kernel: wp.Kernel, names: tuple[str, ...], what: str) -
     """Each name is a scalar parameter or a struct value field of ``kernel``, once."""
     if len(set(names)) != len(names):
         invalid(f"field 'target.runtime' names a value twice: {list(names)}")
-    params = dict(_warp_internals.kernel_params(kernel))
+    params = dict(_warp_kernels.kernel_params(kernel))
     for name in names:
         root, _, field = name.partition(".")
         warp_type = params.get(root)
@@ -227,7 +227,7 @@ def _check_runtime_names(kernel: wp.Kernel, names: tuple[str, ...], what: str) -
 
 def target_params(runs: Runs, target: Any) -> tuple[tuple[str, Any], ...]:
     if runs is Runs.KERNEL:
-        return _warp_internals.kernel_params(target)
+        return _warp_kernels.kernel_params(target)
     try:
         return _annotations.function_params(target, "jarp plan description")
     except TypeError as e:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 import types
 import weakref
 from typing import Any, TypeGuard
@@ -19,8 +18,9 @@ from typing import Any, TypeGuard
 import numpy as np
 import warp as wp
 
+from .._plan._static_keys import static_key
+from .._upstream import _locks
 from ._option_warnings import warn_unused_option, warned
-from ._plan._static_keys import static_key
 
 
 class _ValuePartial(functools.partial):  # type: ignore[type-arg]
@@ -191,7 +191,7 @@ def _annotation_key(annotation: Any) -> Any:
 # (class, field, origin) -> the first nested function or partial seen there, weakly: a second one is a rebuild. The
 # origin is what every build shares: a nested function's code, or what a partial wraps.
 _nested_seen: dict[tuple[Any, str, Any], weakref.ref[Any]] = {}
-_nested_lock = threading.Lock()
+_nested_lock = _locks.make("closure_depth")
 
 
 def warn_if_rebuilt_closure(cls: type, module: Any) -> None:

@@ -5,7 +5,7 @@ from typing import Any
 import equinox as eqx
 import warp as wp
 
-from ._plan._normalize import normalize_output_dims, tuple_of_str
+from .._plan._normalize import normalize_output_dims, tuple_of_str
 from ._value_callables import value_callable
 
 

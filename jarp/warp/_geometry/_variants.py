@@ -1,7 +1,7 @@
 """A kernel variant whose mesh builtins differentiate with respect to the vertices (and the query points).
 
 Warp's mesh builtins read the vertices inside native code whose adjoint drops their gradient
-(`_geometry_adjoints`). `vertex_reads` derives a variant of a kernel in which each such call (names resolved as
+(`_adjoints`). `vertex_reads` derives a variant of a kernel in which each such call (names resolved as
 Warp resolves them) calls a jarp ``@wp.func`` instead, whose value is the builtin's and whose smooth part is
 computed from the face's vertices read as arrays (``m = wp.mesh_get(id); m.points[m.indices[3 * f + k]]``), in
 code Warp differentiates:
@@ -19,7 +19,7 @@ code Warp differentiates:
   makes such a call, or takes or returns a query's result, is copied with the same rewrite (all its overloads,
   in a Warp module of its own), and the calls point at the copies.
 
-What is not rewritten keeps Warp's builtin, and `_geometry_adjoints.dropped` still refuses its gradient: Warp's
+What is not rewritten keeps Warp's builtin, and `_adjoints.dropped` still refuses its gradient: Warp's
 older query overloads that write their results into the caller's variables, a function reached through
 ``wp.static(...)`` or passed as an argument, a function with a custom adjoint or native code.
 """
@@ -34,11 +34,11 @@ from typing import Any
 
 import warp as wp
 
-from .._upstream import _python_ast, _warp_internals
-from . import _geometry_funcs as funcs
-from ._analysis import _names
-from ._runtime_scalars import rebuild
-from ._weakcache import weak_cache
+from .._plan._analysis import _names
+from .._plan._runtime_scalars import rebuild
+from .._plan._weakcache import weak_cache
+from .._upstream import _python_ast, _warp_kernels
+from . import _funcs as funcs
 
 _REPLACEMENTS = {
     "mesh_eval_position": funcs.jarp_mesh_eval_position,
@@ -122,13 +122,13 @@ def _rewrite(func: Any, source: str) -> tuple[str, dict[str, Any]]:
     return ast.unparse(ast.fix_missing_locations(tree)), rewrite.names
 
 
-@weak_cache(lock=_warp_internals.warp_lock)
+@weak_cache(lock=_warp_kernels.warp_lock)
 def vertex_reads(kernel: wp.Kernel) -> wp.Kernel:
     """``kernel`` (a concrete overload or variant), or its variant reading the vertices as arrays (see above)."""
-    source, names = _rewrite(kernel.func, _warp_internals.kernel_source(kernel))
+    source, names = _rewrite(kernel.func, _warp_kernels.kernel_source(kernel))
     if not names:
         return kernel
-    return rebuild(kernel, source, _warp_internals.kernel_params(kernel), _TAG, extra_globals=names)
+    return rebuild(kernel, source, _warp_kernels.kernel_params(kernel), _TAG, extra_globals=names)
 
 
 # -- copies of the user's functions ----------------------------------------------------------------------------------
@@ -147,10 +147,10 @@ def _function_copy(function: wp.Function) -> wp.Function | None:
         _copying.discard(id(function))
 
 
-@weak_cache(lock=_warp_internals.warp_lock)
+@weak_cache(lock=_warp_kernels.warp_lock)
 def _copy_cached(_func: Any, function: wp.Function) -> wp.Function | None:
     # kept on the head's Python function (the copy refers back to it through its globals; see `weak_cache`)
-    overloads = _warp_internals.copyable_overloads(function)
+    overloads = _warp_kernels.copyable_overloads(function)
     base = function.func
     if overloads is None or base is None:
         return None
@@ -158,11 +158,11 @@ def _copy_cached(_func: Any, function: wp.Function) -> wp.Function | None:
     for overload in overloads:
         annotations = {
             name: _RESULT_TYPES.get(t, t) if isinstance(t, type) else t
-            for name, t in _warp_internals.function_arg_types(overload).items()
+            for name, t in _warp_kernels.function_arg_types(overload).items()
         }
-        rewritten = _rewrite(overload.func, _warp_internals.kernel_source(overload))
+        rewritten = _rewrite(overload.func, _warp_kernels.kernel_source(overload))
         plans.append((overload, annotations, rewritten))
-    changed = any(r[1] or a != _warp_internals.function_arg_types(o) for o, a, r in plans)
+    changed = any(r[1] or a != _warp_kernels.function_arg_types(o) for o, a, r in plans)
     if not changed:
         return None
     module = wp.get_module(f"{base.__module__}.{base.__qualname__}{_TAG}")

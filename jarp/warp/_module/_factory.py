@@ -1,18 +1,18 @@
 """The factories' module cache: `jax_kernel(k)` twice gives the same live module, as Warp's wrappers do."""
 
 import dataclasses
-import threading
 import weakref
 from typing import Any, TypeVar
 
+from .._plan._normalize import normalize_output_dims
+from .._upstream import _locks
 from ._base import AbstractWarpModule
-from ._plan._normalize import normalize_output_dims
 from ._value_callables import warn_if_rebuilt_closure
 
 _M = TypeVar("_M", bound=AbstractWarpModule)
 
 _instances: weakref.WeakValueDictionary[Any, AbstractWarpModule] = weakref.WeakValueDictionary()
-_instances_lock = threading.Lock()
+_instances_lock = _locks.make("module_instances")
 
 
 def option_names(cls: type[AbstractWarpModule]) -> tuple[str, ...]:

@@ -9,19 +9,20 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import numpy as np
 import warp as wp
 
-from ._ffi import _errors
-from ._plan import _cache_table
-from ._plan._static_keys import Static
+from .._ffi import _errors
+from .._plan import _cache_table
+from .._plan._static_keys import Static
+from .._upstream import _locks
 
 
 def _thaw(value: Any) -> Any:
@@ -34,12 +35,12 @@ def _thaw(value: Any) -> Any:
 
 
 def _eager_impl(
-    module: Any, treedef: Any, statics: tuple[tuple[int, Any], ...], options: tuple[Any, ...], *arrays: Any
+    module: Any, array_def: Any, statics: tuple[Any, tuple[Any, ...]], options: tuple[Any, ...], *arrays: Any
 ) -> Any:
-    leaves: list[Any] = list(arrays)
-    for i, value in statics:
-        leaves.insert(i, _thaw(value))
-    args = jax.tree_util.tree_unflatten(treedef, leaves)
+    # The arguments back from `eqx.partition`'s halves: the arrays (traced) and the static leaves (frozen, below).
+    static_def, frozen = statics
+    static = jax.tree_util.tree_unflatten(static_def, [_thaw(v) for v in frozen])
+    args = eqx.combine(jax.tree_util.tree_unflatten(array_def, arrays), static)
     return module._trace(tuple(args), {k: _thaw(v) for k, v in options if not k.startswith("wp.config.")})
 
 
@@ -70,7 +71,7 @@ class _Executables:
         self._died: collections.deque[tuple[int, tuple[weakref.ref[Any], ...] | None]] = collections.deque(
             maxlen=self.DIED
         )
-        self._lock = threading.Lock()
+        self._lock = _locks.make("eager")
 
     def get(self, module: Any) -> Any:
         """The jitted eager entry of ``module``: ``fn(treedef, statics, options, *arrays)``."""
@@ -186,27 +187,24 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     # given as an object that is not a pytree (a plain dataclass or object, a Warp struct instance)
     # is one opaque leaf: keyed by it, the executable would keep the arrays it held at the first
     # call and miss later changes to its fields, so such a call takes the direct path as well.
-    leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
-    arrays, statics = [], []
-    for i, a in enumerate(leaves):
+    for a in jax.tree_util.tree_leaves(tuple(args)):
         if isinstance(a, (jax.core.Tracer, np.ndarray)) or not isinstance(a, _EAGER_LEAVES):
             return None
-        if isinstance(a, jax.Array):
-            arrays.append(a)
-        else:
-            # keyed by identity of meaning (`Static`): 0 == 0.0 == 0j == False would otherwise share a cache
-            # entry and skip validation, -0.0 would reuse 0.0's executable, and a NaN would never find its own
-            statics.append((i, a))
+    dynamic, static = eqx.partition(tuple(args), lambda a: isinstance(a, jax.Array))
+    arrays, array_def = jax.tree_util.tree_flatten(dynamic)
+    static_leaves, static_def = jax.tree_util.tree_flatten(static)
     try:
-        statics = [(i, _freeze(a)) for i, a in statics]
+        # keyed by identity of meaning (`Static`): 0 == 0.0 == 0j == False would otherwise share a cache
+        # entry and skip validation, -0.0 would reuse 0.0's executable, and a NaN would never find its own
+        statics = (static_def, tuple(_freeze(a) for a in static_leaves))
         key = tuple(sorted((k, _freeze(v)) for k, v in options.items() if v is not None))
         # Warp settings read at trace time that pick another build of the kernel.
         key += (("wp.config.enable_cpu_blocks", bool(wp.config.enable_cpu_blocks)), ("wp.config.mode", wp.config.mode))
-        hash((treedef, tuple(statics), key))
+        hash((array_def, statics, key))
     except TypeError:
         return None
     # An exception raised inside the call (a callable's function, an executor) is raised as it was.
-    out = _errors.call_reraising(_executables.get(module), treedef, tuple(statics), key, *arrays)
+    out = _errors.call_reraising(_executables.get(module), array_def, statics, key, *arrays)
     _executables.ran(module)
     return out
 

@@ -8,7 +8,7 @@ reads them through arrays or through values that do not depend on them smoothly 
 sign, a hit count). `dropped` finds the rest in the C++ Warp generates (after names are resolved and constant
 branches folded), for the kernel and every ``@wp.func`` it calls.
 
-jarp differentiates the variant `_geometry_variants.vertex_reads` derives, in which every call it can rewrite
+jarp differentiates the variant `_variants.vertex_reads` derives, in which every call it can rewrite
 reads the vertices as arrays (a query's replacement reads only the face, the sign of a point query and the
 result from Warp's query, and recomputes the rest): what `dropped` finds there is what could not be rewritten
 (Warp's older query overloads, functions reached through ``wp.static`` or a parameter, functions with a custom
@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import warp as wp
 
-from .._upstream import _warp_internals
-from ._analysis import _writes
+from .._plan._analysis import _writes
+from .._upstream import _warp_kernels
 
 # Builtins whose value depends smoothly on a structure's arrays but whose adjoint drops that dependence, by the
 # structure field they read; the queries are handled by the fields read from their result (`_QUERY_SMOOTH`).
@@ -76,7 +76,7 @@ class Drop(NamedTuple):
 def dropped(kernel: wp.Kernel) -> tuple[Drop, ...]:
     """Where Warp's adjoint of ``kernel`` drops a structure array's gradient (empty where every read is exact)."""
     found: list[Drop] = []
-    params = {f"var_{name}": name for name, _ in _warp_internals.kernel_params(kernel)}
+    params = {f"var_{name}": name for name, _ in _warp_kernels.kernel_params(kernel)}
     for i, (_, lines, types) in enumerate(_writes.forward_code(kernel)):
         _scan(lines, dict(types), params if i == 0 else {}, found)  # the kernel's own code first, then its functions'
     return tuple(dict.fromkeys(found))

@@ -1,4 +1,4 @@
-"""The Warp functions a kernel's variant calls in place of Warp's mesh builtins (`_geometry_variants`).
+"""The Warp functions a kernel's variant calls in place of Warp's mesh builtins (`_variants`).
 
 Each has the builtin's parameters and value, and computes what depends smoothly on the vertices from the face's
 vertices read as arrays, in code Warp differentiates. This module is Warp device code only: Warp compiles and checks

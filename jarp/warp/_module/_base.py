@@ -27,16 +27,17 @@ if TYPE_CHECKING:
 else:
     from equinox import AbstractClassVar
 
-from . import _eager, _geometry
-from ._ffi._registry import registry
-from ._jax import _adjoint, _user_rules
-from ._jax._primitive import CallConfig
-from ._plan._arg_spec import ArgSpec
-from ._plan._binding import BoundCall, bind_arguments
-from ._plan._normalize import check_vmap_method, normalize_output_dims
-from ._plan._signature import Signature
-from ._plan._values import Plan
-from ._upstream import _warp_internals
+from .. import _geometry
+from .._ffi._registry import registry
+from .._jax import _adjoint, _user_rules
+from .._jax._primitive import CallConfig
+from .._plan._arg_spec import ArgSpec
+from .._plan._binding import BoundCall, bind_arguments
+from .._plan._normalize import check_vmap_method, normalize_output_dims
+from .._plan._signature import Signature
+from .._plan._values import Plan
+from .._upstream import _warp_launches
+from . import _eager
 
 
 class AbstractWarpModule(eqx.Module):
@@ -110,7 +111,7 @@ class AbstractWarpModule(eqx.Module):
         # Before building anything: a kernel whose plans are released leaves Warp's live set, so
         # the module build below does not include (and keep) it.
         registry.release_idle()
-        if _warp_internals.take_build_failures():
+        if _warp_launches.take_build_failures():
             # A kernel whose build failed is often kept only by reference cycles (the traceback of
             # the error): collect them once, so that Warp's next build of that module leaves it out.
             gc.collect()
