@@ -278,3 +278,26 @@ def test_the_test_import_checker_sees_them() -> None:
     source = "from tests.warp.modules import test_struct\nfrom tests.support import kernels\nimport jax.test_util\n"
     assert _test_module_imports(source, "tests.warp.x.test_y") == ["line 1: tests.warp.modules.test_struct"]
     assert _test_module_imports("from tests.warp.x.test_y import f\n", "tests.warp.x.test_y") == []
+
+
+def _warp_code_defined(path: Path) -> list[str]:
+    """Module-level functions of ``path`` decorated as Warp code (``@wp.func``, ``@wp.kernel``...)."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "wp":
+                    found.append(f"line {node.lineno}: {node.name}")
+    return found
+
+
+def test_importing_upstream_defines_no_warp_code() -> None:
+    # the self-checks' probe kernels live in a module the checks import when they run
+    defined = {
+        p.name: _warp_code_defined(p)
+        for p in sorted((PACKAGE / "_upstream").glob("*.py"))
+        if p.name != "_warp_codegen_probes.py"
+    }
+    assert {name: found for name, found in defined.items() if found} == {}
+    assert _warp_code_defined(PACKAGE / "_upstream" / "_warp_codegen_probes.py"), "the checker sees no Warp code"

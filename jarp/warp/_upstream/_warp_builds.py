@@ -2,10 +2,8 @@
 loaded CPU build, CPU objects of jarp's own (the ranged entry points), and source and ahead-of-time builds for
 inspection (`jarp.warp.kernel_source`, `compile_aot`).
 
-Part of the upstream stage: every use of Warp's private internals (``warp._src`` and private attributes) is in
-the ``_warp_*`` modules, one concern each, so that a Warp upgrade is a change there; each module's
-`check_internals` (run by `tests/warp/compat/test_upstream_internals.py`) fails loudly when an internal it relies on
-changes shape.
+Part of the upstream stage (its ``__init__`` lists the modules): `check_internals`, run by
+`tests/warp/compat/test_upstream_internals.py`, fails loudly when an internal this module reads changes shape.
 """
 
 # pyright: reportAttributeAccessIssue=false

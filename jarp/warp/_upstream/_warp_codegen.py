@@ -2,10 +2,8 @@
 adjoint, with Warp's own record of each array access (`codegen_record`, `array_access`); every assumption jarp
 makes about Warp's generated code lives here.
 
-Part of the upstream stage: every use of Warp's private internals (``warp._src`` and private attributes) is in
-the ``_warp_*`` modules, one concern each, so that a Warp upgrade is a change there; each module's
-`check_internals` (run by `tests/warp/compat/test_upstream_internals.py`) fails loudly when an internal it relies on
-changes shape.
+Part of the upstream stage (its ``__init__`` lists the modules): `check_internals`, run by
+`tests/warp/compat/test_upstream_internals.py`, fails loudly when an internal this module reads changes shape.
 """
 
 # pyright: reportAttributeAccessIssue=false
@@ -304,16 +302,18 @@ def check_internals() -> None:
     """Raise `AssertionError` if Warp's read/write record (`array_access`) no longer says what jarp relies on."""
     sig = inspect.signature(wp._src.context.ModuleBuilder)
     assert {"module", "options", "hasher", "target"} <= set(sig.parameters), "ModuleBuilder's parameters changed"
+    from . import _warp_codegen_probes as probe_code  # Warp code defined only when the check runs
+
     with _warp_kernels.warp_lock():
         module = wp.get_module("jarp._probe_access")
         probes = {
             name: wp.Kernel(fn, key=f"_jarp_access_{name}", module=module)
             for name, fn in (
-                ("store", _access_store),
-                ("atomic", _access_atomic),
-                ("func", _access_func),
-                ("folded", _access_folded),
-                ("custom", _access_custom),
+                ("store", probe_code.access_store),
+                ("atomic", probe_code.access_atomic),
+                ("func", probe_code.access_func),
+                ("folded", probe_code.access_folded),
+                ("custom", probe_code.access_custom),
             )
         }
     expected = {
@@ -337,7 +337,8 @@ def check_internals() -> None:
     assert any(callee.name + "(" in line for line in kernel_fn.lines), "Warp's Function.native_func changed"
     assert codegen_record(probes["func"]).custom_adjoints == (), "codegen_record.custom_adjoints sees a plain func"
     custom = codegen_record(probes["custom"]).custom_adjoints
-    assert custom == (_access_scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
+    scaled: Any = probe_code.access_scaled  # a wp.Function (the checker sees the decorated Python function)
+    assert custom == (scaled.key,), f"Warp's Function.custom_grad_func changed (custom_adjoints): {custom}"
     # the backward code (`CodegenRecord.backward`): the kernel's replay calls the function, its reverse code the
     # function's adjoint; a custom gradient's body is that adjoint, under its function's C++ name
     kernel_bw, callee_bw = codegen_record(probes["func"]).backward
@@ -346,10 +347,10 @@ def check_internals() -> None:
     assert callee_bw.name == "adj_" + callee.name, "Warp's reverse function names changed (CodegenRecord.backward)"
     assert any("wp::adj_array_store(var_x" in line for line in callee_bw.lines), "Warp's reverse code changed"
     record = codegen_record(probes["custom"])
-    assert getattr(_access_scaled.custom_grad_func.adj, "custom_reverse_mode", False), (  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
+    assert getattr(scaled.custom_grad_func.adj, "custom_reverse_mode", False), (
         "Warp's custom gradient is no longer a function in custom reverse mode (CodegenRecord.backward)"
     )
-    assert [f.key for f in record.functions] == [probes["custom"].key, _access_scaled.key], (  # pyright: ignore[reportFunctionMemberAccess]  # a wp.Function
+    assert [f.key for f in record.functions] == [probes["custom"].key, scaled.key], (
         "CodegenRecord.functions lists a custom gradient as forward code (Warp's ModuleBuilder.functions changed)"
     )
     grad = record.backward[-1]
@@ -367,48 +368,3 @@ def check_internals() -> None:
         assert got is not None, f"Warp could not generate the probe kernel {name!r} (array_access)"
         got = {label: tuple(access) for label, access in got.items()}
         assert got == expected[name], f"Warp's read/write record changed for the {name!r} probe: {got}"
-
-
-_ACCESS_FOLDED = False
-
-
-@wp.func
-def _access_bump(x: wp.array(dtype=float), i: int):  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    x[i] = 1.0
-
-
-def _access_store(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    i = wp.tid()
-    b[i] = a[i]
-
-
-def _access_atomic(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    i = wp.tid()
-    wp.atomic_add(a, 0, b[i])
-
-
-def _access_func(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    i = wp.tid()
-    _access_bump(x=a, i=i)  # pyright: ignore[reportArgumentType]  # wp.tid() of a 1-D launch: an int
-
-
-@wp.func
-def _access_scaled(x: float):
-    return 2.0 * x
-
-
-@wp.func_grad(_access_scaled)
-def _access_scaled_grad(x: float, adj_ret: float):
-    wp.adjoint[x] += 2.0 * adj_ret
-
-
-def _access_custom(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    i = wp.tid()
-    b[i] = _access_scaled(a[i])
-
-
-def _access_folded(a: wp.array(dtype=float), b: wp.array(dtype=float)) -> None:  # pyright: ignore[reportInvalidTypeForm]  # Warp kernel annotations
-    i = wp.tid()
-    if _ACCESS_FOLDED:
-        a[i] = 2.0
-    b[i] = a[i]

@@ -1,10 +1,8 @@
 """Loaded entry points and launches: a module's compiled forward and backward entry points, the launch bounds and
 array layout they take, CUDA launches, copies and captures, and the loaded code jarp lets go of.
 
-Part of the upstream stage: every use of Warp's private internals (``warp._src`` and private attributes) is in
-the ``_warp_*`` modules, one concern each, so that a Warp upgrade is a change there; each module's
-`check_internals` (run by `tests/warp/compat/test_upstream_internals.py`) fails loudly when an internal it relies on
-changes shape.
+Part of the upstream stage (its ``__init__`` lists the modules): `check_internals`, run by
+`tests/warp/compat/test_upstream_internals.py`, fails loudly when an internal this module reads changes shape.
 """
 
 # pyright: reportAttributeAccessIssue=false

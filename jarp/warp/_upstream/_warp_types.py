@@ -1,10 +1,8 @@
 """Questions about Warp's types: array annotation kinds, vector and scalar types, structs and their ctypes layout, and
 the spatial structures (mesh, BVH, hash grid, volume).
 
-Part of the upstream stage: every use of Warp's private internals (``warp._src`` and private attributes) is in
-the ``_warp_*`` modules, one concern each, so that a Warp upgrade is a change there; each module's
-`check_internals` (run by `tests/warp/compat/test_upstream_internals.py`) fails loudly when an internal it relies on
-changes shape.
+Part of the upstream stage (its ``__init__`` lists the modules): `check_internals`, run by
+`tests/warp/compat/test_upstream_internals.py`, fails loudly when an internal this module reads changes shape.
 """
 
 # pyright: reportAttributeAccessIssue=false
