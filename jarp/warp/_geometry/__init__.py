@@ -14,7 +14,6 @@ A call given a structure (`jarp.warp.Mesh`, `Bvh`, `HashGrid`, `Volume`) flows t
    grid in the precision the kernel queries it in.
 3. `_builds`: inside the call (jarp's Python path, `_ffi._executors.current_call`), `obtain` builds or refits each
    structure and keeps it in the call's store as long as a compiled program can launch it.
-
 4. The gradients, judged on the code Warp generates: `_adjoints` finds the reads of a structure whose gradient
    Warp's adjoint drops; `_variants` derives the kernel variant whose mesh builtins read the vertices as arrays
    (calling the Warp functions of `_funcs` instead), so that every query differentiates; `_replays` is the taped
