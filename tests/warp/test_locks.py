@@ -60,6 +60,9 @@ def test_a_lock_taken_out_of_order_raises() -> None:
     with inner, pytest.raises(_locks.LockOrderError, match="'executors' taken while holding 'warp'"), outer:
         pass
     assert _locks.held() == []
+    with inner:  # trying an earlier lock without waiting cannot deadlock (`release_unloads` does)
+        assert outer.acquire(blocking=False)
+        outer.release()
     first, second = _locks._CheckedLock("registry", True), _locks._CheckedLock("registry", True)
     with first, pytest.raises(_locks.LockOrderError), second:  # two objects' locks of one entry
         pass

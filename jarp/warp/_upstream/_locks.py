@@ -1,9 +1,10 @@
 """Every lock jarp takes, in one table, and the one order in which a thread takes them.
 
-A thread that holds some of jarp's locks takes another only if it comes later in `ORDER` (taking a re-entrant lock
-it already holds again is fine). Each lock is made here, by its name in the table (`make`), so the table is the
-whole list; a lock kept per object (a registry's, an eager cache's) is one entry made once per object, and two
-objects' locks of one entry are never held together.
+A thread that holds some of jarp's locks waits for another only if it comes later in `ORDER` (taking a re-entrant
+lock it already holds again is fine, and so is trying one without waiting, ``acquire(blocking=False)``). Each lock
+is made here, by its name in the table (`make`), so the table is the whole list; a lock kept per object (a
+registry's, an eager cache's) is one entry made once per object, and two objects' locks of one entry are never held
+together.
 
 Warp's own ``_codegen_lock`` comes after ``warp`` (jarp takes it only while it holds ``warp``, in
 `_warp_kernels`); the CPython import lock and JAX's and XLA's locks are not jarp's and are never waited for
@@ -88,7 +89,7 @@ class _CheckedLock:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         stack: list[_CheckedLock] = _local.__dict__.setdefault("held", [])
-        if self not in stack:
+        if blocking and self not in stack:  # a try-acquire cannot deadlock: any order is fine
             late = [lock for lock in stack if lock.rank >= self.rank]
             if late:
                 raise LockOrderError(
