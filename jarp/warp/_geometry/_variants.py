@@ -156,19 +156,16 @@ def _copy_cached(_func: Any, function: wp.Function) -> wp.Function | None:
         return None
     plans = []
     for overload in overloads:
-        annotations = {
-            name: _RESULT_TYPES.get(t, t) if isinstance(t, type) else t
-            for name, t in _warp_kernels.function_arg_types(overload).items()
-        }
+        arg_types = _warp_kernels.function_arg_types(overload)
+        annotations = {name: _RESULT_TYPES.get(t, t) if isinstance(t, type) else t for name, t in arg_types.items()}
         rewritten = _rewrite(overload.func, _warp_kernels.kernel_source(overload))
-        plans.append((overload, annotations, rewritten))
-    changed = any(r[1] or a != _warp_kernels.function_arg_types(o) for o, a, r in plans)
-    if not changed:
+        plans.append((overload, annotations, rewritten, annotations != arg_types))
+    if not any(rewritten[1] or retyped for _, _, rewritten, retyped in plans):
         return None
     module = wp.get_module(f"{base.__module__}.{base.__qualname__}{_TAG}")
     key = f"{function.key}{_TAG}"
     head = None
-    for overload, annotations, rewritten in plans:
+    for overload, annotations, rewritten, _ in plans:
         source, names = rewritten
         func = overload.func
         scope = {**func.__globals__, **names}
