@@ -10,7 +10,6 @@ a lock taken out of order raises, naming both.
 from __future__ import annotations
 
 import ast
-import os
 import sys
 import threading
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 import jarp.warp
 from jarp.warp._upstream import _locks
 from tests.support import forked
-from tests.support.paths import REPO
+from tests.support.paths import REPO, child_environment
 
 PACKAGE = Path(jarp.warp.__file__).parent.parent
 
@@ -93,7 +92,8 @@ def test_in_order_acquisitions_under_contention_finish() -> None:
 
 
 def test_jarps_paths_keep_the_order_on_many_threads() -> None:
-    env = {**os.environ, "JARP_LOCK_ORDER": "check", "JAX_ENABLE_X64": "0"}
+    # this checkout's jarp in the child (PYTHONPATH), whichever one the environment installed
+    env = {**child_environment(), "JARP_LOCK_ORDER": "check", "JAX_ENABLE_X64": "0"}
     script = REPO / "tests" / "support" / "lock_stress_script.py"
     proc = forked.run([sys.executable, str(script), "3"], env=env, timeout=600)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
