@@ -1,10 +1,11 @@
 """Project automation: `python3 -m pip install nox && python3 -m nox -s <session>`.
 
 Sessions:
-    tests    the test suite: a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests (in checking
-             mode), the bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`),
-             the float32 suite again in checking mode (`JARP_CHECKING=1`), then the `slow` tests (the whole verdict
-             sweep over Warp's own kernels, in shards)
+    tests    the test suite (CI runs it): a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests,
+             the bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`), the
+             last two in checking mode (`JARP_CHECKING=1`)
+    tests_full  `tests`, then the float32 suite again in checking mode and the `slow` tests (the whole verdict
+             sweep over Warp's own kernels, in shards, and the cross-checks over every kernel of the suite)
     lint     ruff check, ruff format --check, and basedpyright (pyright's checks) over jarp/
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
@@ -37,6 +38,8 @@ BASEDPYRIGHT = "basedpyright>=1.40,<1.41"
 HYPOTHESIS = {"JARP_HYPOTHESIS_PROFILE": os.environ.get("JARP_HYPOTHESIS_PROFILE") or "ci"}
 # Keep a developer's own JAX precision setting out of the float32 runs.
 FLOAT32 = {"JAX_ENABLE_X64": "0"}
+# Checking mode (every CPU launch verifies the analysis's verdicts) and the lock-order check.
+CHECKING = {**HYPOTHESIS, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
 # pytest-xdist: one worker process per CPU, each test file on one worker (a file's tests share its Warp module
 # builds and its fixtures). Most of the suite's time is single-threaded (Warp builds, subprocesses), so two cores
 # take about 0.57 of the serial time. `nox -s tests -- -n 0` runs serially.
@@ -45,54 +48,63 @@ WORKERS = ["-n", "auto", "--dist", "loadfile"]
 SLOW_WORKERS = ["-n", "auto", "--dist", "load"]
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """Run the test suite in a float32 process, the `x64` tests in a float64 process, the bridge tests on the Python path, the suite in checking mode, then the `slow` tests.
-
-    Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
-    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built. The `x64` run and a fourth,
-    float32 run of the whole suite (but the `native_launches` tests) are in checking mode (`JARP_CHECKING=1`): every
-    CPU launch verifies the analysis's verdicts on its kernel, the suite's kernels serving as cross-checks. The `slow` tests (left out
-    of the other runs by tests/conftest.py) are the shards of the verdict sweep over Warp's own kernels
-    (tests/warp/compat/test_warp_kernel_verdicts.py): about 13 minutes on 2 busy cores with Warp's kernel cache
-    warm.
-
-    Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
-    otherwise. Each run spreads the test files over one pytest-xdist worker per CPU (`-- -n 0`: serially).
-
-    pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
-    """
+def _quick_runs(session: nox.Session) -> None:
+    """The runs of `tests`: the float32 suite on jarp's native path, the float64 tests and the bridge tests again on
+    the Python launch path, the last two in checking mode."""
     session.install("-e", ".[test]")
     # arguments that narrow the runs (a file, -k) may leave a run without a test of its marker: exit code 5 passes then
     narrowed = {"success_codes": [0, 5]} if session.posargs else {}
     session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS})
-    # The float64 tests and the float32 suite again, in checking mode: every CPU launch verifies what the analysis
-    # said of its kernel (inputs unchanged, skipped fills, split launches); the tests of the native handler and of
-    # split launches themselves run unchecked (their marker turns the mode off).
-    # Every lock checks its place in the lock order too (jarp.warp._upstream._locks: a lock taken out of order raises).
-    checking = {**HYPOTHESIS, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
-    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **checking}, **narrowed)
+    # The float64 tests and the bridge tests on the Python path run in checking mode: every CPU launch verifies what
+    # the analysis said of its kernel (inputs unchanged, skipped fills, split launches); the tests of the native
+    # handler and of split launches themselves run unchecked (their marker turns the mode off). Every lock checks its
+    # place in the lock order too (jarp.warp._upstream._locks: a lock taken out of order raises).
+    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **CHECKING}, **narrowed)
     session.run(
         "pytest",
         *WORKERS,
         "-m",
         "launch_paths",
         *session.posargs,
-        env={**FLOAT32, **HYPOTHESIS, "JARP_LAUNCH": "python"},
+        env={**FLOAT32, **CHECKING, "JARP_LAUNCH": "python"},
         **narrowed,
     )
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (what CI runs): a float32 process, the `x64` tests in a float64 process and the bridge tests on the Python path, both in checking mode.
+
+    Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
+    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built. The second and third runs
+    are in checking mode (`JARP_CHECKING=1`, `JARP_LOCK_ORDER=check`): every CPU launch verifies the analysis's
+    verdicts on its kernel, and every lock its place in the lock order. `tests_full` adds the whole float32 suite in
+    checking mode and the whole verdict sweep over Warp's own kernels (the `slow` tests).
+
+    Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
+    otherwise. Each run spreads the test files over one pytest-xdist worker per CPU (`-- -n 0`: serially).
+
+    pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
+    """
+    _quick_runs(session)
+
+
+@nox.session(python=PYTHON)
+def tests_full(session: nox.Session) -> None:
+    """Run `tests`, then the float32 suite again in checking mode, then the `slow` tests (before a release).
+
+    The checking-mode run makes every kernel of the suite a cross-check of the analysis (the tests of the native
+    handler and of split launches, marked `native_launches`, run unchecked); the `slow` tests (left out of the other
+    runs by tests/conftest.py) are the shards of the verdict sweep over Warp's own kernels
+    (tests/warp/compat/test_warp_kernel_verdicts.py) and the cross-checks over every kernel of the suite. About 20
+    minutes on 2 cores with Warp's kernel cache warm, three times `tests`.
+    """
+    _quick_runs(session)
+    narrowed = {"success_codes": [0, 5]} if session.posargs else {}
     session.run(
-        "pytest", *WORKERS, "-m", "not native_launches", *session.posargs, env={**FLOAT32, **checking}, **narrowed
+        "pytest", *WORKERS, "-m", "not native_launches", *session.posargs, env={**FLOAT32, **CHECKING}, **narrowed
     )
-    session.run(
-        "pytest",
-        *SLOW_WORKERS,
-        "-m",
-        "slow",
-        *session.posargs,
-        env={**FLOAT32, **HYPOTHESIS},
-        **narrowed,
-    )
+    session.run("pytest", *SLOW_WORKERS, "-m", "slow", *session.posargs, env={**FLOAT32, **HYPOTHESIS}, **narrowed)
 
 
 @nox.session(python=PYTHON)

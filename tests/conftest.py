@@ -6,7 +6,7 @@ off) and one with ``JAX_ENABLE_X64=1`` that runs only the tests marked
 would let one test's precision leak into another's traces.
 
 Tests marked ``slow`` (the whole verdict sweep over Warp's kernels) run only when ``-m`` names them
-(``pytest -m slow``); ``nox -s tests`` runs them in a run of their own, after the others.
+(``pytest -m slow``); ``nox -s tests_full`` runs them in a run of their own, after the others.
 
 Hypothesis searches at random locally (its ``default`` profile) and replays the failures it found from its
 database (``.hypothesis/``). CI runs the ``ci`` profile: derandomised (the examples follow from each test's
@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "mode launches every call on the Python path, on one thread, so there is nothing of theirs to test)",
     )
     config.addinivalue_line(
-        "markers", "slow: runs only when -m names it (`-m slow`); `nox -s tests` runs them in a run of their own"
+        "markers", "slow: runs only when -m names it (`-m slow`); `nox -s tests_full` runs them in a run of their own"
     )
 
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -43,6 +45,8 @@ def test_bench_fem_quick_runs_and_reports(tmp_path: Path) -> None:
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# Two child processes timing thread settings (about 8 s): `nox -s tests_full` runs it.
+@pytest.mark.slow
 def test_bench_threads_child_and_probe_run() -> None:
     """bench_threads.py's timing child (the small case, and a float64 one: the child turns float64 on before JAX is
     imported) and its machine probe."""

@@ -3,7 +3,7 @@
 The order is checked where it matters, in a process running jarp's commonest paths (kernels jitted, eager, vmapped
 and differentiated; callables whose function launches a kernel; geometry calls; clearing caches, switching checking
 mode, CPU threads and Warp's bridge) on six threads at once, with every lock checking its place
-(``JARP_LOCK_ORDER=check``; `nox -s tests` also runs the checking-mode suite so). The checker must be able to fail:
+(``JARP_LOCK_ORDER=check``; `nox -s tests` runs its float64 and bridge tests so, `nox -s tests_full` the whole float32 suite too). The checker must be able to fail:
 a lock taken out of order raises, naming both.
 """
 

@@ -18,7 +18,7 @@ Tests:
   whole, skipped fills, over-refusal candidates); about 15 s with Warp's kernel cache warm;
 - `test_subset_over_refusals_match_the_list`: the subset's over-refusal candidates are those
   ``tests/support/verdict_over_refusals.txt`` lists for its kernels;
-- `test_whole_sweep` (marked ``slow``: deselected unless ``-m slow``; ``nox -s tests`` runs it last): every kernel
+- `test_whole_sweep` (marked ``slow``: deselected unless ``-m slow``; ``nox -s tests_full`` runs it last): every kernel
   (about 2,600 with overloads, 1,200 of them launched), in `CHUNKS` shards that pytest-xdist spreads over its
   workers (``--dist load``): no unsound verdict, and the over-refusal candidates exactly as listed. With Warp's
   kernel cache warm, a shard takes 3.5 to 8.5 minutes on a 2-core machine busy with other work (load 3 to 7), the

@@ -431,6 +431,8 @@ def _handles(text: str) -> list[int | None]:
     return plan_handles(text)
 
 
+# About 9 s of cycles: `nox -s tests_full` runs it (the tests above release each kind of object once).
+@pytest.mark.slow
 def test_memory_is_bounded_over_110_create_call_drop_cycles() -> None:
     x = jnp.arange(16.0, dtype=jnp.float32)
 

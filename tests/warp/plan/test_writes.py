@@ -253,6 +253,8 @@ def _all_kernels() -> list[wp.Kernel]:
     return list(found.values())
 
 
+# A cross-check over every kernel of the suite and of Warp's JAX tests (about 35 s): `nox -s tests_full` runs it.
+@pytest.mark.slow
 def test_warps_record_and_the_resolver_agree_on_every_kernel() -> None:
     kernels = _all_kernels()
     assert len(kernels) > 250
