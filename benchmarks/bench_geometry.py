@@ -242,7 +242,7 @@ def bench_build_vs_refit(p: dict, repeat: int) -> tuple[dict[str, float], dict[s
     wait(f(same, x1))
     moved()
     warp_one()
-    before = dict(_geometry_builds.counts)
+    before = _geometry_builds.totals()
     jarp_t = interleaved(
         {
             "Warp refit + 1-point launch": warp_one,
@@ -251,7 +251,8 @@ def bench_build_vs_refit(p: dict, repeat: int) -> tuple[dict[str, float], dict[s
         },
         repeat,
     )
-    counts = {k: _geometry_builds.counts[k] - before[k] for k in before}
+    after = _geometry_builds.totals()
+    counts = {k: after[k] - before[k] for k in before}
     return warp_t, jarp_t, counts
 
 
@@ -259,6 +260,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1e4 queries, ~2e3 triangles, 5 repeats")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument(
+        "--upkeep-only", action="store_true", help="only the structure upkeep and the fixed cost of a call (seconds)"
+    )
     args = parser.parse_args()
     side, n, repeat = (33, 10_000, 5) if args.quick else (72, 100_000, 21)
     repeat = args.repeat or repeat
@@ -270,16 +274,18 @@ def main() -> None:
     p = mesh_problem(side, n)
     print(f"mesh: {len(p['points'])} vertices, {len(p['faces'])} triangles; {n} queries\n")
 
-    print(
-        "| query | Warp, prebuilt (ms) | Warp, refit or rebuild + launch (ms) | jarp (ms) | jarp / Warp prebuilt | "
-        "jarp / Warp same work |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
-    rows = bench_mesh_queries(p, repeat)
-    for name, t, _ in rows:  # each row as soon as it is measured
+    rows = []
+    if not args.upkeep_only:
+        print(
+            "| query | Warp, prebuilt (ms) | Warp, refit or rebuild + launch (ms) | jarp (ms) | jarp / Warp prebuilt | "
+            "jarp / Warp same work |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        rows = bench_mesh_queries(p, repeat)
+        for name, t, _ in rows:  # each row as soon as it is measured
+            print(row(name, t), flush=True)
+        name, t, _ = bench_hash_grid(n, repeat)
         print(row(name, t), flush=True)
-    name, t, _ = bench_hash_grid(n, repeat)
-    print(row(name, t), flush=True)
 
     warp_t, jarp_t, counts = bench_build_vs_refit(p, max(repeat, 21))
     print("\n| structure upkeep | median |")

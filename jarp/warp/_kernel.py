@@ -267,7 +267,7 @@ class JaxKernel(AbstractWarpModule):
                 f"{what}: struct field(s) {fields} got JAX values in a call with a Warp structure; pass them as "
                 "Python numbers (static), or make them scalar parameters of the kernel (those take JAX values)."
             )
-        self._plan(target, bound, options, what)
+        plan = self._plan(target, bound, options, what)
         if bound.runtime_scalars:
             target = _runtime_scalars.variant(target, bound.runtime_scalars)
             args = tuple(
@@ -298,6 +298,7 @@ class JaxKernel(AbstractWarpModule):
             what,
             launch=(tuple(dims), len(params) - sig.num_pure_outputs, block_dim),
             drops=drops,
+            plan=plan,
             num_outputs=sig.num_outputs,
             in_out_argnames=self.in_out_argnames,
             output_dims=_geometry.output_dims(results, sig.outputs),

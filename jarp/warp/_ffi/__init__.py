@@ -4,6 +4,8 @@
 - `_frame`: reading and checking a call frame (attributes are untrusted; buffers must match the plan).
 - `_executors`: the per-(plan, device) executors, prepared once and dropped with their plan; the executors are
   `_kernel_executors` (CPU and CUDA launches) and `_callable_executor`, on `_executor_base`; `_locks`: its two locks (the order of all: `_upstream._locks`).
+- `_structure_launches`: a callable that builds Warp meshes or BVHs and launches one kernel (a call given jarp's
+  geometry structures) as a native launch: the handler builds and refits the structures itself on the CPU.
 - `_arg_blocks`: a kernel launch's argument blocks and CUDA parameter list, from the plan alone.
 - `_struct_bytes`: the bytes of struct arguments (and Warp struct instances for callables).
 - `_registry`: the live plans by handle, and the leases executables hold on them.

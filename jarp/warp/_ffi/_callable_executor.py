@@ -13,8 +13,9 @@ import warp as wp
 from .._plan import _dtypes
 from .._plan._values import Binding, Plan
 from .._upstream import _warp_kernels, _warp_launches, _xla_ffi
-from . import _buffer_sizes, _errors, _locks, _struct_bytes
+from . import _buffer_sizes, _errors, _locks, _native, _struct_bytes
 from ._executor_base import Executor, check_load_during_capture, memmove, memset
+from ._structure_launches import NativeLaunch, structure_descriptor
 
 
 class CallableExecutor(Executor):
@@ -37,6 +38,18 @@ class CallableExecutor(Executor):
         # What a function keeps between calls of this plan on this device (`CallSite.store`): jarp's geometry keeps
         # the Warp structures it built there, so they live exactly as long as a program may call the plan.
         self.store: dict[Any, Any] = {}
+
+    def native_descriptor(self) -> _native.LaunchDescriptor | None:
+        """The CPU forward call of a function that builds Warp structures and launches one kernel (a
+        `_structure_launches.NativeLaunch`, which the function gives as ``jarp_native_launch()``) as a descriptor
+        for the native handler; None, the Python path, for any other function, device or pass."""
+        native_launch = getattr(self.plan.target, "jarp_native_launch", None)
+        if native_launch is None or not self.device.is_cpu or self.adjoint:
+            return None
+        launch = native_launch()
+        if not isinstance(launch, NativeLaunch):
+            return None
+        return structure_descriptor(self.plan, launch, self.device)
 
     def _array(
         self, spec: Any, binding: Binding, ops: Sequence[int], res: Sequence[int], s: int, grad: Any = None

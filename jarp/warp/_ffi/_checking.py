@@ -408,6 +408,9 @@ class CheckedCpuCallableExecutor(_CheckedInputs, CallableExecutor):
         super().__init__(plan, device)
         self._prepare_inputs()
 
+    def native_descriptor(self) -> Any:
+        return None  # every call comes to `run`
+
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
         inputs = self._snapshot_inputs(ptrs)

@@ -137,7 +137,7 @@ def get_executor(key: tuple[int, int], platform: str, frame: int = 0) -> Executo
             if key[1] == -1:
                 cpu_executors[key[0]] = executor
             native = _native.active()
-            if native is not None and isinstance(executor, KernelExecutor):
+            if native is not None and isinstance(executor, (KernelExecutor, CallableExecutor)):
                 descriptor = executor.native_descriptor()
                 if descriptor is not None:
                     slot = 0 if key[1] == -1 else 1 + key[1]

@@ -14,12 +14,23 @@ from typing import Any
 
 import warp as wp
 
-from .._ffi import _executors
+from .._ffi import _executors, _native
 from ._structures import Recipe
 
-# How many structures each slot built and refitted (for tests and benchmarks: a refit skipped when the points
-# moved, or a build where a refit would do, shows here).
+# How many structures the Python path built and refitted (for tests and benchmarks: a refit skipped when the points
+# moved, or a build where a refit would do, shows here); `totals` adds the native handler's.
 counts = {"build": 0, "update": 0}
+
+
+def totals() -> dict[str, int]:
+    """The structures built and refitted so far on both launch paths: ``{"build": n, "update": m}``.
+
+    The Python path counts in `counts`; the native handler (which builds and refits a mesh's or BVH's structure in
+    the calls it serves, `_ffi._structure_launches`) counts its own.
+    """
+    native = _native.active()
+    built, refitted = native.structure_stats() if native is not None else (0, 0)
+    return {"build": counts["build"] + built, "update": counts["update"] + refitted}
 
 
 # Structures kept per (parameter, batch slice, stream): a program calling the same module twice with meshes of two

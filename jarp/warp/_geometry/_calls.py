@@ -13,6 +13,7 @@ gradient. Where the kernel reads the structure through a builtin whose adjoint d
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -25,8 +26,10 @@ import numpy as np
 import warp as wp
 
 from .._ffi._callable_executor import plain_taped_run
+from .._ffi._structure_launches import NativeLaunch, StructureOperands
 from .._plan._analysis import _builtins, _writes
 from .._plan._arg_spec import describe_type
+from .._plan._values import Plan
 from ._adjoints import Drop
 from ._builds import obtain
 from ._replays import taped_run
@@ -54,6 +57,9 @@ class Launcher(eqx.Module):
     groups: tuple[tuple[int, Recipe] | None, ...] = eqx.field(static=True)
     params: tuple[tuple[str, Any], ...] = eqx.field(static=True)
     launch: tuple[tuple[int, ...], int, int | None] | None = eqx.field(static=True, default=None)
+    # The checked plan of the kernel's launch, each structure's id a static placeholder: what the native handler
+    # launches where it builds the structures itself (`jarp_native_launch`); None for a function.
+    plan: Plan | None = eqx.field(static=True, default=None)
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -84,6 +90,41 @@ class Launcher(eqx.Module):
             return plain_taped_run(func, args, tape, name)
         return taped_run(func, args, tape, name)
 
+    def jarp_native_launch(self) -> NativeLaunch | None:
+        """The call as the native handler runs it on the CPU (`_ffi._structure_launches`): the kernel's plan and the
+        structures to build before it; None where the call stays on the Python path (a function, or a structure
+        Warp's classes build only: a hash grid, a volume, a tree with Warp's special constructors)."""
+        if self.launch is None or self.plan is None:
+            return None
+        plan = self.plan
+        dims, _, block_dim = self.launch
+        if tuple(plan.launch_dims) != tuple(dims) or plan.block_dim != block_dim:
+            return None
+        if plan.target is not self.target:
+            # the variant reading the vertices (for the reverse pass) is what the Python path launches forward too:
+            # launch the same code, with verdicts that keep the launch whole on the calling thread
+            plan = dataclasses.replace(
+                plan,
+                target=self.target,
+                code_hash=_writes.code_hash(self.target),
+                race_free=False,
+                private=(),
+                shares_cpu_state=True,
+            )
+        structures = []
+        for i, group in enumerate(self.groups):
+            if group is None:
+                continue
+            recipe = group[1]
+            settings = recipe.kind.native_settings(recipe)
+            if settings is None:
+                return None
+            kind, constructor, leaf_size, winding = settings
+            name = plan.params[i].spec.name
+            arrays = tuple(f"{name}__{f}" if f in recipe.arrays else None for f in recipe.kind.array_fields())
+            structures.append(StructureOperands(name, kind, arrays, winding, constructor, leaf_size))
+        return NativeLaunch(plan, tuple(structures))
+
     def __call__(self, *args: Any) -> None:
         values: list[Any] = []
         rest = iter(args)
@@ -111,6 +152,7 @@ def launch(
     *,
     launch: tuple[tuple[int, ...], int, int | None] | None,
     drops: tuple[Drop, ...] | None,
+    plan: Plan | None = None,
     **options: Any,
 ) -> tuple[jax.Array, ...]:
     """Run a module call given structures: the structures' arrays become operands of a callable whose function (a
@@ -127,6 +169,7 @@ def launch(
         launch: a kernel's ``(launch dims, number of inputs, block dim)``; None for a function.
         drops: where Warp's adjoint drops a structure array's gradient, when the module is differentiated
             (`_adjoints.dropped`, or `CALLABLE_DROPS`); None when it is not.
+        plan: a kernel's checked plan, each structure's id a static placeholder (`Launcher.jarp_native_launch`).
         **options: the inner callable's options (``num_outputs``, ``output_dims``...).
 
     Returns:
@@ -136,7 +179,7 @@ def launch(
         names = tuple(name for name, _ in params[: len(args)])
         args = guard_gradients(args, names, drops, what)
     groups, xparams, xargs = expand(params, args, what)
-    return make_callable(Launcher(target, groups, xparams, launch), **options)(*xargs)
+    return make_callable(Launcher(target, groups, xparams, launch, plan), **options)(*xargs)
 
 
 def _warp_object(built: Any) -> Any:

@@ -74,6 +74,17 @@ class AbstractStructure(eqx.Module):
         present = tuple(name for name, _ in self._array_fields if getattr(self, name) is not None)
         return Recipe(type(self), present, options, label)
 
+    @classmethod
+    def array_fields(cls) -> tuple[str, ...]:
+        """The fields of the arrays it can be built from, in the order Warp's constructor takes them."""
+        return tuple(name for name, _ in cls._array_fields)
+
+    @classmethod
+    def native_settings(cls, recipe: Recipe) -> tuple[str, int, int, bool] | None:
+        """How jarp's native handler builds it on the CPU: ``(kind, BVH constructor code, leaf size, winding)``, or
+        None where it is built by Warp's Python class only (the default; see `_ffi._structure_launches`)."""
+        return None
+
     @abc.abstractmethod
     def _cast(self, name: str, value: Any) -> jax.Array:
         """Array ``name`` as Warp builds from it (dtype, shape)."""
@@ -359,6 +370,15 @@ class Mesh(AbstractStructure):
         return _float32_rows(value, name, "Mesh")
 
     @classmethod
+    def native_settings(cls, recipe: Recipe) -> tuple[str, int, int, bool] | None:
+        settings = _warp_types.host_bvh_settings(
+            recipe.option("bvh_constructor"), recipe.option("bvh_leaf_size"), mesh=True
+        )
+        if settings is None:
+            return None
+        return "mesh", settings[0], settings[1], bool(recipe.option("support_winding_number"))
+
+    @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltMesh:
         points = arrays["points"]
         indices = _checked_indices(arrays["indices"], points.shape[0], None, recipe.label)
@@ -444,6 +464,11 @@ class Bvh(AbstractStructure):
 
     def _cast(self, name: str, value: Any) -> jax.Array:
         return _float32_rows(value, name, "Bvh")
+
+    @classmethod
+    def native_settings(cls, recipe: Recipe) -> tuple[str, int, int, bool] | None:
+        settings = _warp_types.host_bvh_settings(recipe.option("constructor"), recipe.option("leaf_size"), mesh=False)
+        return None if settings is None else ("bvh", settings[0], settings[1], False)
 
     @classmethod
     def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltBvh:

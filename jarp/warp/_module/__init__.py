@@ -20,8 +20,9 @@ A call flows one way, top to bottom; each step imports only the steps below it (
    (`_jax._lowering`).
 4. **The FFI stage** (`_ffi`): inside the call, the target turns the attributes back into the plan (`_ffi._target`),
    checks the frame, and runs it through an executor per (plan, device): the native handler for kernels (no
-   Python; batch slices and race-free index ranges on XLA's CPU threads, `_ffi._native`), the Python path for
-   callables (`_ffi._callable_executor`) and as the fallback (`_ffi._executors`).
+   Python; batch slices and race-free index ranges on XLA's CPU threads, `_ffi._native`; on the CPU also a call
+   given meshes or BVHs, whose structures the handler builds and refits, `_ffi._structure_launches`), the Python
+   path for callables (`_ffi._callable_executor`) and as the fallback (`_ffi._executors`).
 5. **The upstream stage** (`_upstream`): every private Warp, JAX and XLA name jarp uses, behind one module each,
    each with a self-check a test runs; it imports nothing of jarp.
 

@@ -12,6 +12,7 @@ Part of the upstream stage (its ``__init__`` lists the modules): `check_internal
 from __future__ import annotations
 
 import ctypes
+import inspect
 from typing import Any
 
 import warp as wp
@@ -101,6 +102,46 @@ def is_structure_type(warp_type: Any) -> bool:
     return isinstance(warp_type, type) and any(warp_type is getattr(wp, n, None) for n in STRUCTURE_TYPES[:4])
 
 
+# Warp's host functions for meshes and BVHs, in the order jarp's native handler takes them
+# (``jarp_configure_structures`` in jarp/warp/_ffi/_native/_handler.cpp), with the parameter counts it calls them
+# with: create a mesh from three array_t values and six ints; set its points or velocities (id, array_t); destroy
+# (id); create a BVH from two bound pointers and four more; refit and destroy a BVH (id).
+HOST_STRUCTURE_FUNCTIONS = (
+    ("wp_mesh_create_host", 9),
+    ("wp_mesh_set_points_host", 2),
+    ("wp_mesh_set_velocities_host", 2),
+    ("wp_mesh_destroy_host", 1),
+    ("wp_bvh_create_host", 6),
+    ("wp_bvh_refit_host", 1),
+    ("wp_bvh_destroy_host", 1),
+)
+
+
+def host_structure_functions() -> tuple[int, ...]:
+    """The addresses of Warp's host mesh and BVH functions (`HOST_STRUCTURE_FUNCTIONS`), for native callers."""
+    core = wp._src.context.runtime.core
+    return tuple(ctypes.cast(getattr(core, name), ctypes.c_void_p).value or 0 for name, _ in HOST_STRUCTURE_FUNCTIONS)
+
+
+def host_bvh_settings(constructor: str | None, leaf_size: int | None, *, mesh: bool) -> tuple[int, int] | None:
+    """The BVH constructor code and leaf size Warp's ``wp.Mesh``/``wp.Bvh`` pass to its host build for these options.
+
+    None where Warp's Python class does more than pass them on (an ``"lbvh"`` tree on the CPU falls back to SAH with
+    a warning; ``"cubql"`` has rules of its own): such a structure is built by Warp's class, not natively.
+
+    Args:
+        constructor: the ``bvh_constructor``/``constructor`` option (None: the CPU default, SAH).
+        leaf_size: the leaf size option (None: the class's default: 4 for a mesh).
+        mesh: whether the tree is a mesh's.
+    """
+    name = "sah" if constructor is None else constructor
+    if name not in ("sah", "median"):
+        return None
+    if leaf_size is None:
+        leaf_size = 4 if mesh else 1
+    return int(wp._src.types.BvhConstructor.from_str(name)), int(leaf_size)
+
+
 def check_internals() -> None:
     """Raise `AssertionError` if a Warp internal this module relies on has changed shape."""
     names = [f[0] for f in ArrayStruct._fields_]
@@ -131,3 +172,22 @@ def check_internals() -> None:
         assert array_kind(annotation) == kind, f"array_kind({annotation!r}) is no longer {kind!r}"
     for name in STRUCTURE_TYPES:
         assert isinstance(getattr(wp, name, None), type), f"wp.{name} is gone (is_structure)"
+    # jarp's native handler builds meshes and BVHs through these host functions (host_structure_functions)
+    core = wp._src.context.runtime.core
+    for name, count in HOST_STRUCTURE_FUNCTIONS:
+        assert len(getattr(core, name).argtypes) == count, f"{name}'s parameters changed"
+    assert core.wp_mesh_create_host.argtypes[0] is ArrayStruct, "wp_mesh_create_host no longer takes array_t values"
+    assert [f[0] for f in ArrayStruct._fields_] == ["data", "grad", "shape", "strides", "ndim", "flags"], (
+        "warp array_t fields changed (the handler's WarpArray mirrors them)"
+    )
+    assert ctypes.sizeof(ArrayStruct) == 56, "warp array_t changed size (the handler's WarpArray mirrors it)"
+    assert (
+        int(wp._src.types.BvhConstructor.from_str("sah")),
+        int(wp._src.types.BvhConstructor.from_str("median")),
+    ) == (
+        0,
+        1,
+    ), "Warp's BVH constructor codes changed"
+    defaults = inspect.signature(wp.Mesh.__init__).parameters
+    assert defaults["bvh_leaf_size"].default is None, "wp.Mesh's bvh_leaf_size default changed (host_bvh_settings)"
+    assert inspect.signature(wp.Bvh.__init__).parameters["leaf_size"].default == 1, "wp.Bvh's leaf_size default changed"

@@ -25,6 +25,7 @@ from ._abi import Descriptor as Descriptor
 from ._build import build as build
 from ._build import cached_object as cached_object
 from ._descriptor import LaunchDescriptor as LaunchDescriptor
+from ._descriptor import NativeStructure as NativeStructure
 from ._handler import NativeHandler as NativeHandler
 from ._handler import expected_layout as expected_layout
 from ._process import ENV as ENV

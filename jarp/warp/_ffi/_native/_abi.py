@@ -39,6 +39,34 @@ class Measure(ctypes.Structure):
     _fields_ = (("cost_ns", I64), ("samples", I64))
 
 
+KEPT = 4  # meshes kept per structure (kKept)
+
+
+class StructState(ctypes.Structure):
+    _fields_ = (
+        ("busy", I64),
+        ("clock", I64),
+        ("id", ctypes.c_uint64 * KEPT),
+        ("used", I64 * KEPT),
+        ("own", PTR * (KEPT + 1)),
+    )
+
+
+class StructSpec(ctypes.Structure):
+    _fields_ = (
+        ("kind", I64),
+        ("word", I64),
+        ("arg", I64 * 3),
+        ("count", I64),
+        ("nindices", I64),
+        ("index_type", I64),
+        ("winding", I64),
+        ("constructor", I64),
+        ("leaf_size", I64),
+        ("state", PTR),
+    )
+
+
 class Descriptor(ctypes.Structure):
     """The C ``Descriptor`` of ``_handler.cpp`` (its layout is checked against the compiled one at load)."""
 
@@ -76,4 +104,6 @@ class Descriptor(ctypes.Structure):
         ("private_specs", PTR),
         ("measure", PTR),
         ("work", I64),
+        ("nstructs", I64),
+        ("structs", PTR),
     )

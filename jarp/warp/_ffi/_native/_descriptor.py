@@ -3,12 +3,53 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._abi import BufferSpec, CopySpec, Descriptor, KernelParam, Measure, PointerSlot, PrivateSpec, ZeroFill
+from ._abi import (
+    KEPT,
+    BufferSpec,
+    CopySpec,
+    Descriptor,
+    KernelParam,
+    Measure,
+    PointerSlot,
+    PrivateSpec,
+    StructSpec,
+    StructState,
+    ZeroFill,
+)
 
 _MAX_BLOCK_BYTES = 1 << 16  # larger argument blocks (huge fixed-size struct values) stay on the Python path
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeStructure:
+    """A Warp structure the handler builds (first call, or a new topology) or refits from a call's buffers (CPU).
+
+    Attributes:
+        kind: ``"mesh"`` (buffers: points, indices, velocities or -1) or ``"bvh"`` (lowers, uppers, -1).
+        word: the word of the primal argument block its id goes into.
+        args: the frame arguments it is built from.
+        count: its points (mesh) or boxes (BVH).
+        nindices: a mesh's vertex indices (three per triangle); 0 for a BVH.
+        index_type: a mesh's index scalar: 0 int32, 1 int64, 2 uint32, 3 uint64 (each checked in range in its
+            own type before it is narrowed to Warp's int32).
+        winding: a mesh's ``support_winding_number``.
+        constructor: Warp's BVH constructor code for the CPU (`_warp_types.host_bvh_settings`).
+        leaf_size: the tree's leaf size.
+    """
+
+    kind: str
+    word: int
+    args: tuple[int, int, int]
+    count: int
+    nindices: int = 0
+    index_type: int = 0
+    winding: bool = False
+    constructor: int = 0
+    leaf_size: int = 1
 
 
 class LaunchDescriptor:
@@ -50,6 +91,9 @@ class LaunchDescriptor:
         work: (CPU) a static estimate of one slice's work (threads times statements per thread,
             `_races.work_estimate`), from which a privatised launch chooses its split (never from timing: its sums
             depend on the split, which must be the same on every call).
+        structures: (CPU, one slice, one argument block, launched whole on the calling thread) the Warp structures
+            the handler builds or refits before each launch, their ids written into the argument block. They live
+            in the descriptor's memory until `destroy_structures`.
     """
 
     def __init__(
@@ -75,6 +119,7 @@ class LaunchDescriptor:
         private: Sequence[tuple[int, int, int, int]] = (),
         measured: bool = False,
         work: int = 0,
+        structures: Sequence[NativeStructure] = (),
     ) -> None:
         self._keep: list[Any] = [keep]
         self._code = code
@@ -115,8 +160,59 @@ class LaunchDescriptor:
         self.measure = Measure(0, 0) if measured else None
         d.measure = self._own(self.measure) if measured else None
         d.work = work
+        assert not structures or (nslices == 1 and len(templates) == 1 and not concurrent and not range_entry), (
+            "structures are built for a whole launch of one slice on the calling thread"
+        )
+        self.structures = tuple(structures)
+        self._states = [self._state(s) for s in structures]
+        specs = [
+            StructSpec(
+                0 if s.kind == "mesh" else 1,
+                s.word,
+                (ctypes.c_int64 * 3)(*s.args),
+                s.count,
+                s.nindices,
+                s.index_type,
+                int(s.winding),
+                s.constructor,
+                s.leaf_size,
+                ctypes.addressof(state),
+            )
+            for s, state in zip(structures, self._states, strict=True)
+        ]
+        table = (StructSpec * max(len(specs), 1))(*specs)
+        d.nstructs, d.structs = len(specs), self._own(table)
         self.descriptor = d
         self.address = ctypes.addressof(d)
+
+    def _state(self, structure: NativeStructure) -> StructState:
+        """A structure's state with the memory the handler builds over (zeroed: no velocities read as zeros)."""
+        state = StructState()
+        if structure.kind == "mesh":
+            # each kept mesh's int32 indices, then the zero velocities of a mesh given none
+            sizes = [4 * structure.nindices] * KEPT + [12 * structure.count]
+        else:
+            sizes = [12 * structure.count] * 2  # the private copies of its bounds
+        for k, nbytes in enumerate(sizes):
+            state.own[k] = self._own((ctypes.c_char * max(nbytes, 1))())
+        self._keep.append(state)
+        return state
+
+    def structure_ids(self) -> list[tuple[int, ...]]:
+        """For each structure, the ids of the Warp structures the handler keeps for it (tests and inspection)."""
+        return [tuple(int(i) for i in state.id if i) for state in self._states]
+
+    def destroy_structures(self, destroy: Callable[[int, int], None]) -> None:
+        """Destroy the structures the handler kept (once no call can use the descriptor any more).
+
+        Args:
+            destroy: the handler's ``jarp_destroy_structure(kind, id)`` (0: mesh, 1: BVH).
+        """
+        for structure, state in zip(self.structures, self._states, strict=True):
+            for k in range(KEPT):
+                if state.id[k]:
+                    destroy(0 if structure.kind == "mesh" else 1, state.id[k])
+                    state.id[k] = 0
 
     def drop_code(self) -> None:
         """Let go of the loaded code (on withdrawal; `_executors._retained` keeps it while its kernel lives)."""

@@ -78,6 +78,30 @@ struct Measure {  // what the handler learns of a launch it runs whole (written 
   int64_t samples;  // how many were timed
 };
 
+constexpr int64_t kKept = 4;  // meshes kept per structure: one program may call one plan on several topologies
+
+struct StructState {  // the Warp structures the handler keeps between calls (memory owned by Python)
+  int64_t busy;       // 1 while one call builds or refits one and launches with it (taken with an atomic exchange)
+  int64_t clock;      // calls served, to find the least recently used
+  uint64_t id[kKept];     // Warp's ids (0: none); destroyed by Python with the descriptor. A BVH keeps one.
+  int64_t used[kKept];    // when each was last used
+  void* own[kKept + 1];   // mesh: each one's int32 indices, then zero velocities for a mesh given none;
+                          // BVH: the private copies of its lower and upper bounds
+};
+
+struct StructSpec {     // (CPU) a Warp structure built or refitted from the call's buffers before the launch
+  int64_t kind;         // 0: wp.Mesh (points, indices, velocities), 1: wp.Bvh (lowers, uppers)
+  int64_t word;         // the word of the primal argument block that takes its id
+  int64_t arg[3];       // the frame arguments it is built from (-1: none; a mesh without velocities)
+  int64_t count;        // points (mesh) or boxes (BVH)
+  int64_t nindices;     // mesh: three per triangle
+  int64_t index_type;   // mesh: the index buffer's scalar: 0 int32, 1 int64, 2 uint32, 3 uint64
+  int64_t winding;      // mesh: support_winding_number
+  int64_t constructor;  // Warp's BVH constructor (BVH_CONSTRUCTOR_*, resolved for the CPU)
+  int64_t leaf_size;
+  StructState* state;
+};
+
 struct Descriptor {
   int64_t nargs;
   int64_t nrets;
@@ -114,6 +138,8 @@ struct Descriptor {
   const PrivateSpec* private_specs;
   Measure* measure;               // (CPU, with range_entry) the launch's measured cost, for the work threshold
   int64_t work;                   // (CPU) a static estimate of one slice's work: threads x statements per thread
+  int64_t nstructs;               // (CPU, one slice, launched whole) Warp structures built inside the call
+  const StructSpec* structs;
 };
 
 // ---- the table ----
@@ -158,6 +184,28 @@ CudaLaunch g_cuda_launch;
 CudaMemset g_cuda_memset;
 CudaMemcpy g_cuda_memcpy;
 ErrorString g_error_string;  // Warp's wp_get_error_string: why its last CUDA call failed
+// Warp's host functions for the structures a call builds (jarp_configure_structures; null until then)
+struct WarpArray {  // wp::array_t<T> (warp/native/array.h), passed by value as Warp's host functions take it
+  void* data;
+  void* grad;
+  int32_t shape[4];
+  int32_t strides[4];
+  uint16_t ndim;
+  uint16_t flags;
+};
+typedef uint64_t (*MeshCreate)(WarpArray, WarpArray, WarpArray, int, int, int, int, int*, int);
+typedef void (*MeshSet)(uint64_t, WarpArray);
+typedef void (*IdFunction)(uint64_t);
+typedef uint64_t (*BvhCreate)(void*, void*, int, int, int*, int);
+MeshCreate g_mesh_create;
+MeshSet g_mesh_set_points;
+MeshSet g_mesh_set_velocities;
+IdFunction g_mesh_destroy;
+BvhCreate g_bvh_create;
+IdFunction g_bvh_refit;
+IdFunction g_bvh_destroy;
+int64_t g_structure_builds;  // structures built and refitted (for tests and inspection, as the Python path counts)
+int64_t g_structure_refits;
 // Interpreter exit (jarp's atexit hook): once g_exiting is set, no frame goes to the Python callback, and the
 // hook waits until g_in_python (the calls already inside it) drains. A worker thread that takes the GIL after
 // CPython's finalization began is ended by CPython (pthread_exit), which leaves XLA's CPU client waiting for
@@ -767,6 +815,142 @@ bool run_on_pool(XLA_FFI_CallFrame* frame, const Descriptor* d, void** args, voi
   return true;
 }
 
+// ---- Warp structures built inside the call (CPU) ----
+//
+// A call given a jarp.warp.Mesh or Bvh builds the Warp structure from its buffers on its first run and refits it
+// on every later one, as jarp's Python path does (jarp/warp/_geometry/_builds.py), through Warp's own host
+// functions. Each structure is kept in its StructState between calls; one call at a time uses it (a second call
+// of the same executable on another thread takes the Python path, which keeps structures of its own). Anything
+// unusual goes to the Python path, which explains it: an index out of range, or Warp's functions missing.
+
+WarpArray vec3_array(void* data, int64_t n) {
+  WarpArray a;
+  memset(&a, 0, sizeof(a));
+  a.data = data;
+  a.shape[0] = static_cast<int32_t>(n);
+  a.strides[0] = 12;  // wp::vec3
+  a.ndim = 1;
+  return a;
+}
+
+template <typename T>
+bool indices_in_range(const T* src, int64_t n, int64_t count) {  // unsigned ones compare as unsigned
+  for (int64_t i = 0; i < n; ++i) {
+    T v = src[i];
+    if (v < T(0) || static_cast<uint64_t>(v) >= static_cast<uint64_t>(count)) return false;
+  }
+  return true;
+}
+
+template <typename T>
+bool same_indices(const T* src, int64_t n, const int32_t* kept) {
+  for (int64_t i = 0; i < n; ++i)
+    if (kept[i] != static_cast<int32_t>(src[i])) return false;
+  return true;
+}
+
+template <typename T>
+void narrow_indices(const T* src, int64_t n, int32_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(src[i]);
+}
+
+template <typename T>
+uint64_t prepare_mesh_of(const StructSpec& s, void* const* args, const T* src) {
+  StructState* st = s.state;
+  if (!indices_in_range(src, s.nindices, s.count)) return 0;  // the Python path names the first one out of range
+  WarpArray points = vec3_array(args[s.arg[0]], s.count);
+  void* velocities = s.arg[2] >= 0 ? args[s.arg[2]] : st->own[kKept];
+  int64_t now = ++st->clock;
+  // the mesh of these triangles, if one is kept: point it at this call's buffers and refit it (Warp's setter)
+  int64_t order[kKept];
+  for (int64_t e = 0; e < kKept; ++e) order[e] = e;
+  for (int64_t a = 1; a < kKept; ++a)  // most recently used first
+    for (int64_t b = a; b > 0 && st->used[order[b]] > st->used[order[b - 1]]; --b) {
+      int64_t t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  for (int64_t k = 0; k < kKept; ++k) {
+    int64_t e = order[k];
+    if (st->id[e] == 0 || !same_indices(src, s.nindices, static_cast<const int32_t*>(st->own[e]))) continue;
+    __atomic_add_fetch(&g_structure_refits, 1, __ATOMIC_RELAXED);
+    g_mesh_set_points(st->id[e], points);
+    if (s.arg[2] >= 0) g_mesh_set_velocities(st->id[e], vec3_array(velocities, s.count));
+    st->used[e] = now;
+    return st->id[e];
+  }
+  // new triangles: a new tree over the narrowed indices, in place of the least recently used one
+  int64_t e = order[kKept - 1];
+  if (st->id[e] != 0) g_mesh_destroy(st->id[e]);
+  st->id[e] = 0;
+  int32_t* kept = static_cast<int32_t*>(st->own[e]);
+  narrow_indices(src, s.nindices, kept);
+  WarpArray indices;
+  memset(&indices, 0, sizeof(indices));
+  indices.data = kept;
+  indices.shape[0] = static_cast<int32_t>(s.nindices);
+  indices.strides[0] = 4;
+  indices.ndim = 1;
+  __atomic_add_fetch(&g_structure_builds, 1, __ATOMIC_RELAXED);
+  st->id[e] = g_mesh_create(points, vec3_array(velocities, s.count), indices, static_cast<int>(s.count),
+                            static_cast<int>(s.nindices / 3), static_cast<int>(s.winding),
+                            static_cast<int>(s.constructor), nullptr, static_cast<int>(s.leaf_size));
+  st->used[e] = now;
+  return st->id[e];
+}
+
+uint64_t prepare_mesh(const StructSpec& s, void* const* args) {
+  const void* src = args[s.arg[1]];
+  switch (s.index_type) {
+    case 0: return prepare_mesh_of(s, args, static_cast<const int32_t*>(src));
+    case 1: return prepare_mesh_of(s, args, static_cast<const int64_t*>(src));
+    case 2: return prepare_mesh_of(s, args, static_cast<const uint32_t*>(src));
+    case 3: return prepare_mesh_of(s, args, static_cast<const uint64_t*>(src));
+    default: return 0;
+  }
+}
+
+uint64_t prepare_bvh(const StructSpec& s, void* const* args) {
+  // Warp's BVH reads its bounds through the pointers it was built with: they are the state's own copies
+  StructState* st = s.state;
+  size_t nbytes = static_cast<size_t>(s.count) * 12;
+  memcpy(st->own[0], args[s.arg[0]], nbytes);
+  memcpy(st->own[1], args[s.arg[1]], nbytes);
+  if (st->id[0] != 0) {
+    __atomic_add_fetch(&g_structure_refits, 1, __ATOMIC_RELAXED);
+    g_bvh_refit(st->id[0]);
+    return st->id[0];
+  }
+  __atomic_add_fetch(&g_structure_builds, 1, __ATOMIC_RELAXED);
+  st->id[0] = g_bvh_create(st->own[0], st->own[1], static_cast<int>(s.count), static_cast<int>(s.constructor),
+                           nullptr, static_cast<int>(s.leaf_size));
+  return st->id[0];
+}
+
+void release_structures(const Descriptor* d, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) __atomic_store_n(&d->structs[k].state->busy, 0, __ATOMIC_RELEASE);
+}
+
+// Take, build or refit the descriptor's structures and write their ids into the argument block; false (nothing
+// held) where the call must take the Python path.
+bool prepare_structures(const Descriptor* d, void* const* args, uint64_t* block) {
+  if (g_mesh_create == nullptr) return false;
+  for (int64_t k = 0; k < d->nstructs; ++k) {
+    const StructSpec& s = d->structs[k];
+    if (__atomic_exchange_n(&s.state->busy, 1, __ATOMIC_ACQUIRE) != 0) {
+      release_structures(d, k);
+      return false;
+    }
+    uint64_t id = s.kind == 0 ? prepare_mesh(s, args) : prepare_bvh(s, args);
+    if (id == 0) {
+      release_structures(d, k + 1);
+      return false;
+    }
+    block[s.word] = id;
+  }
+  return true;
+}
+
 // The instantiate stage (once per loaded executable): resolve the call's description to a plan handle and a
 // lease (jarp's Python side checks the attributes in full) and keep both as the call's state.
 template <int kCuda, int kGraph>
@@ -882,7 +1066,7 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     }
   }
   if (!d->launch) return nullptr;
-  if (!kCuda) {
+  if (!kCuda && d->nstructs == 0) {
     int64_t threads = pool_threads(frame, d);
     if (threads > 1 && run_on_pool(frame, d, ptrs[0], ptrs[1], threads)) return nullptr;
   }
@@ -909,6 +1093,8 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
                                : static_cast<void*>(reinterpret_cast<char*>(blocks[p.block]) + p.offset);
     }
   }
+  if (d->nstructs > 0 && (kCuda || d->nslices != 1 || d->nblocks != 1 || !prepare_structures(d, ptrs[0], blocks[0])))
+    return python(slow, frame, handle);
   for (int64_t s = 0; s < d->nslices; ++s) {
     for (int64_t k = 0; k < d->nslots; ++k) {
       const PointerSlot& p = d->slots[k];
@@ -927,6 +1113,7 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
     }
   }
   if (started != 0) record_cost(measure, now_ns() - started);
+  release_structures(d, d->nstructs);
   return nullptr;
 }
 
@@ -981,6 +1168,31 @@ void jarp_configure(void* const* slow, void* const* resolve, void* cuda_launch, 
   g_cuda_memset = reinterpret_cast<CudaMemset>(cuda_memset);
   g_error_string = reinterpret_cast<ErrorString>(error_string);
   g_cuda_memcpy = reinterpret_cast<CudaMemcpy>(cuda_memcpy);
+}
+
+// Set once, when the handler loads: Warp's host functions for the structures a call builds (Python reads their
+// addresses from Warp's library), in the order of the declarations above.
+void jarp_configure_structures(void* const* functions) {
+  g_mesh_set_points = reinterpret_cast<MeshSet>(functions[1]);
+  g_mesh_set_velocities = reinterpret_cast<MeshSet>(functions[2]);
+  g_mesh_destroy = reinterpret_cast<IdFunction>(functions[3]);
+  g_bvh_create = reinterpret_cast<BvhCreate>(functions[4]);
+  g_bvh_refit = reinterpret_cast<IdFunction>(functions[5]);
+  g_bvh_destroy = reinterpret_cast<IdFunction>(functions[6]);
+  __atomic_store_n(&g_mesh_create, reinterpret_cast<MeshCreate>(functions[0]), __ATOMIC_RELEASE);
+}
+
+// The structures built and refitted since the handler was loaded.
+void jarp_structure_stats(int64_t* out) {
+  out[0] = __atomic_load_n(&g_structure_builds, __ATOMIC_RELAXED);
+  out[1] = __atomic_load_n(&g_structure_refits, __ATOMIC_RELAXED);
+}
+
+// Destroy a structure a descriptor's state kept (Python calls it once no call can use the descriptor any more).
+void jarp_destroy_structure(int64_t kind, uint64_t id) {
+  if (id == 0) return;
+  if (kind == 0) g_mesh_destroy(id);
+  else g_bvh_destroy(id);
 }
 
 // Cap jarp's CPU threads per call (0: XLA's pool size; 1: the calling thread only) and set the thresholds below
@@ -1042,6 +1254,9 @@ extern const int64_t jarp_layout[] = {
     static_cast<int64_t>(__builtin_offsetof(Descriptor, private_specs)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, measure)),
     static_cast<int64_t>(__builtin_offsetof(Descriptor, work)),
+    static_cast<int64_t>(__builtin_offsetof(Descriptor, structs)),
+    static_cast<int64_t>(sizeof(StructSpec)),
+    static_cast<int64_t>(sizeof(StructState)),
     static_cast<int64_t>(sizeof(PrivateSpec)),
     static_cast<int64_t>(sizeof(Measure)),
     static_cast<int64_t>(sizeof(CopySpec)),

@@ -11,7 +11,7 @@ from typing import Any
 
 import warp as wp
 
-from ..._upstream import _locks, _warp_launches, _xla_ffi
+from ..._upstream import _locks, _warp_launches, _warp_types, _xla_ffi
 from ._abi import (
     I64,
     PTR,
@@ -22,6 +22,8 @@ from ._abi import (
     Measure,
     PointerSlot,
     PrivateSpec,
+    StructSpec,
+    StructState,
     ZeroFill,
 )
 from ._descriptor import LaunchDescriptor
@@ -55,6 +57,9 @@ def expected_layout() -> dict[str, int]:
         "Descriptor.private_specs": Descriptor.private_specs.offset,
         "Descriptor.measure": Descriptor.measure.offset,
         "Descriptor.work": Descriptor.work.offset,
+        "Descriptor.structs": Descriptor.structs.offset,
+        "sizeof(StructSpec)": ctypes.sizeof(StructSpec),
+        "sizeof(StructState)": ctypes.sizeof(StructState),
         "sizeof(PrivateSpec)": ctypes.sizeof(PrivateSpec),
         "sizeof(Measure)": ctypes.sizeof(Measure),
         "sizeof(CopySpec)": ctypes.sizeof(CopySpec),
@@ -114,6 +119,9 @@ class NativeHandler:
             "jarp_python_calls",
             "jarp_set_threads",
             "jarp_pool_stats",
+            "jarp_configure_structures",
+            "jarp_destroy_structure",
+            "jarp_structure_stats",
         ):
             self._symbols[name] = lookup(name)
         missing = [name for name, address in self._symbols.items() if not address]
@@ -129,6 +137,14 @@ class NativeHandler:
         self._python_calls = ctypes.CFUNCTYPE(I64)(self._symbols["jarp_python_calls"])
         self._set_threads = ctypes.CFUNCTYPE(None, I64, I64, I64, I64, I64, I64, I64)(self._symbols["jarp_set_threads"])
         self._pool_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(I64))(self._symbols["jarp_pool_stats"])
+        self._configure_structures = ctypes.CFUNCTYPE(None, PTR)(self._symbols["jarp_configure_structures"])
+        self._destroy_structure = ctypes.CFUNCTYPE(None, I64, ctypes.c_uint64)(self._symbols["jarp_destroy_structure"])
+        self._structure_stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(I64))(self._symbols["jarp_structure_stats"])
+        # Warp's host mesh and BVH functions, for the structures a call builds natively (`LaunchDescriptor`)
+        self._structure_functions = (PTR * len(_warp_types.HOST_STRUCTURE_FUNCTIONS))(
+            *_warp_types.host_structure_functions()
+        )
+        self._configure_structures(self._structure_functions)
         self._lock = _locks.make("handler")
         self._chunks: dict[int, Any] = {}
         self._published: dict[tuple[int, int], LaunchDescriptor] = {}
@@ -256,6 +272,12 @@ class NativeHandler:
         how long an idle helper waits for the next call (see `_threads`)."""
         self._set_threads(max_threads, min_tasks, min_range, min_cost_ns, item_ns, private_cap, linger_ns)
 
+    def structure_stats(self) -> tuple[int, int]:
+        """``(structures built, structures refitted)`` by the handler since it was loaded (tests, inspection)."""
+        out = (I64 * 2)()
+        self._structure_stats(out)
+        return out[0], out[1]
+
     def pool_stats(self) -> tuple[int, int, int]:
         """``(calls run on XLA's pool, work items they ran, calls a lingering helper joined)`` since the handler
         was loaded (tests, inspection)."""
@@ -294,6 +316,8 @@ class NativeHandler:
                         self._publish(handle, slot, None)
                         descriptor.drop_code()
                         self._withdrawn.append(descriptor)
+            for descriptor in old:  # no handler reads them any more: the structures they kept go with them
+                descriptor.destroy_structures(self._destroy_structure)
         del old
 
     def published(self) -> int:
