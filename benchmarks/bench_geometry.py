@@ -239,8 +239,11 @@ def bench_build_vs_refit(p: dict, repeat: int) -> tuple[dict[str, float], dict[s
         wp.launch(closest_distance, dim=1, inputs=[mesh.id, wx1], outputs=[wd1])
         wp.synchronize()
 
-    wait(f(same, x1))
-    moved()
+    # A program's first call runs on jarp's Python path, its later ones (on the CPU) in the native handler: each
+    # builds the mesh once, before the timed calls
+    for _ in range(2):
+        wait(f(same, x1))
+        moved()
     warp_one()
     before = _geometry_builds.totals()
     jarp_t = interleaved(
