@@ -5,25 +5,26 @@ from __future__ import annotations
 import functools as ft
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, TypeGuard, get_args
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
+from jaxtyping import Array, PyTree
 
-from ._jax._linear import linear_call
+from ._jax._linear import LinearMap, linear_call
 from ._jax._primitive import ForwardModeError
 from ._module._base import AbstractWarpModule
 from ._plan import _cache_table, _dtypes
 
 
-def _first(out: Any) -> jax.Array:
+def _first(out: jax.Array | tuple[jax.Array, ...] | list[jax.Array]) -> jax.Array:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _nonzero(t: Any) -> bool:
+def _nonzero(t: jax.Array | SymbolicZero) -> TypeGuard[jax.Array]:
     return not isinstance(t, SymbolicZero)
 
 
@@ -59,25 +60,25 @@ class Energy(eqx.Module):
     hessian: HessianKind = eqx.field(static=True, default="exact")
     direction: int = eqx.field(static=True, default=-1)
 
-    def __call__(self, x: jax.Array, *params: Any) -> jax.Array:
+    def __call__(self, x: jax.Array, *params: PyTree) -> jax.Array:
         """The energy at ``x``, as a 0-d array."""
         return _energy(self, x, *params)
 
-    def grad(self, x: jax.Array, *params: Any) -> jax.Array:
+    def grad(self, x: jax.Array, *params: PyTree) -> jax.Array:
         """The gradient ``dE/dx`` (shaped like ``x``), differentiable through ``hess_prod``."""
         return _gradient(self, x, *params)
 
-    def hess_prod(self, x: jax.Array, *params: Any, v: jax.Array) -> jax.Array:
+    def hess_prod(self, x: jax.Array, *params: PyTree, v: jax.Array) -> jax.Array:
         """The Hessian-vector product ``H(x) v`` (the projected Hessian with ``hessian="projected"``)."""
         return _first(self.hess_prod_fn(*_with_direction(self.direction, x, params, v)))
 
-    def hess_diag(self, x: jax.Array, *params: Any) -> jax.Array:
+    def hess_diag(self, x: jax.Array, *params: PyTree) -> jax.Array:
         """The diagonal of the Hessian (shaped like ``x``), e.g. for a Jacobi preconditioner."""
         if self.hess_diag_fn is None:
             raise ValueError("energy(): no hess_diag module was given; pass hess_diag=... to energy().")
         return _first(self.hess_diag_fn(x, *params))
 
-    def hess_quad(self, x: jax.Array, *params: Any, v: jax.Array) -> jax.Array:
+    def hess_quad(self, x: jax.Array, *params: PyTree, v: jax.Array) -> jax.Array:
         """The quadratic form ``v^T H(x) v``, as a 0-d array (the curvature along ``v``).
 
         Runs the ``hess_quad`` module if one was given (one reduction, no ``H v`` array),
@@ -106,7 +107,7 @@ class Energy(eqx.Module):
         return out.reshape(())
 
 
-def _with_direction(position: int, x: Any, params: Sequence[Any], v: Any) -> list[Any]:
+def _with_direction(position: int, x: jax.Array, params: Sequence[PyTree], v: jax.Array) -> list[PyTree]:
     """The arguments of ``hess_prod``/``hess_quad``: ``x, *params`` with the direction ``v`` at ``position``."""
     args = [x, *params]
     at = position if position >= 0 else len(args) + 1 + position
@@ -119,7 +120,7 @@ def _with_direction(position: int, x: Any, params: Sequence[Any], v: Any) -> lis
     return args
 
 
-def _value(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
+def _value(self: Energy, x: jax.Array, *params: PyTree) -> jax.Array:
     out = _first(self.fun(x, *params))
     if out.size != 1:
         raise ValueError(f"energy(): fun must return a one-element array, got shape {out.shape}.")
@@ -138,11 +139,12 @@ class _Layout(NamedTuple):
     """How to rebuild ``params`` from their array leaves: `eqx.partition`'s two halves, each as a tree definition
     (and the static half's leaves), hashable so that a layout keys the cache of custom_jvp functions."""
 
-    array_def: Any
-    static_def: Any
+    # jaxlib ships no stubs: PyTreeDef's type is unknown to the checker
+    array_def: jax.tree_util.PyTreeDef  # pyright: ignore[reportInvalidTypeForm]
+    static_def: jax.tree_util.PyTreeDef  # pyright: ignore[reportInvalidTypeForm]
     static_leaves: tuple[Any, ...]
 
-    def rebuild(self, arrays: Sequence[Any]) -> list[Any]:
+    def rebuild(self, arrays: Sequence[Array | np.ndarray]) -> list[PyTree]:
         static = jax.tree_util.tree_unflatten(self.static_def, self.static_leaves)
         return list(eqx.combine(jax.tree_util.tree_unflatten(self.array_def, list(arrays)), static))
 
@@ -161,21 +163,23 @@ def _cached(make: Callable[[_Layout], Any]) -> Callable[[_Layout], Any]:
     return get
 
 
-def _is_array(x: Any) -> bool:
+def _is_array(x: object) -> bool:
     return isinstance(x, (jax.Array, np.ndarray))
 
 
-def _flatten(params: Sequence[Any]) -> tuple[_Layout, list[Any]]:
+def _flatten(params: Sequence[PyTree]) -> tuple[_Layout, list[Array | np.ndarray]]:
     dynamic, static = eqx.partition(tuple(params), _is_array)
     arrays, array_def = jax.tree_util.tree_flatten(dynamic)
     static_leaves, static_def = jax.tree_util.tree_flatten(static)
     return _Layout(array_def, static_def, tuple(static_leaves)), arrays
 
 
-def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx: Sequence[int]) -> Callable[..., Any]:
+def _of_params(
+    fn: Callable[..., Any], x: jax.Array, params: Sequence[PyTree], idx: Sequence[int]
+) -> Callable[..., Any]:
     """``fn(x, *params)`` as a function of the params at positions ``idx`` only."""
 
-    def f(*values: Any) -> Any:
+    def f(*values: Array) -> Any:
         full = list(params)
         for i, v in zip(idx, values, strict=True):
             full[i] = v
@@ -184,23 +188,23 @@ def _of_params(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], idx:
     return f
 
 
-def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[Any], ct: jax.Array) -> list[Any]:
+def _param_vjp(fn: Callable[..., Any], x: jax.Array, params: Sequence[PyTree], ct: jax.Array) -> list[Array | None]:
     """Cotangents of the floating-point ``params`` of ``fn(x, *params)`` (reverse mode, Warp's adjoint)."""
     idx = [i for i, p in enumerate(params) if _dtypes.is_float_array(p, numpy=False)]
     _, pullback = jax.vjp(_of_params(fn, x, params, idx), *[params[i] for i in idx])
     grads = pullback(ct)
-    out: list[Any] = [None] * len(params)
+    out: list[Array | None] = [None] * len(params)
     for i, g in zip(idx, grads, strict=True):
         out[i] = g
     return out
 
 
-def _energy(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
+def _energy(self: Energy, x: jax.Array, *params: PyTree) -> jax.Array:
     layout, arrays = _flatten(params)
     return _energy_rule(layout)(self, x, *arrays)
 
 
-def _gradient(self: Energy, x: jax.Array, *params: Any) -> jax.Array:
+def _gradient(self: Energy, x: jax.Array, *params: PyTree) -> jax.Array:
     layout, arrays = _flatten(params)
     return _gradient_rule(layout)(self, x, *arrays)
 
@@ -210,10 +214,12 @@ def _energy_rule(layout: _Layout) -> Any:
     """The energy as a function of ``(self, x, *array_leaves)``, with its custom_jvp."""
 
     @jax.custom_jvp
-    def energy_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+    def energy_flat(self: Energy, x: jax.Array, *leaves: Array) -> jax.Array:
         return _value(self, x, *layout.rebuild(leaves))
 
-    def jvp(primals: Any, tangents: Any) -> Any:
+    def jvp(
+        primals: tuple[Energy, Array, *tuple[Array, ...]], tangents: tuple[Energy, *tuple[Array | SymbolicZero, ...]]
+    ) -> tuple[Array, Array]:
         self, x, *leaves = primals
         _, dx, *dleaves = tangents
         e = energy_flat(self, x, *leaves)  # itself, so that an outer forward mode uses this rule again
@@ -236,10 +242,12 @@ def _gradient_rule(layout: _Layout) -> Any:
     """The gradient as a function of ``(self, x, *array_leaves)``, with its custom_jvp (the Hessian)."""
 
     @jax.custom_jvp
-    def gradient_flat(self: Energy, x: jax.Array, *leaves: Any) -> jax.Array:
+    def gradient_flat(self: Energy, x: jax.Array, *leaves: Array) -> jax.Array:
         return _first(self.grad_fn(x, *layout.rebuild(leaves)))
 
-    def jvp(primals: Any, tangents: Any) -> Any:
+    def jvp(
+        primals: tuple[Energy, Array, *tuple[Array, ...]], tangents: tuple[Energy, *tuple[Array | SymbolicZero, ...]]
+    ) -> tuple[Array, Array]:
         self, x, *leaves = primals
         _, dx, *dleaves = tangents
         g = gradient_flat(self, x, *leaves)
@@ -255,10 +263,10 @@ def _gradient_rule(layout: _Layout) -> Any:
         ]
         if idx:
 
-            def grad_of(x: jax.Array, *p: Any) -> jax.Array:
+            def grad_of(x: jax.Array, *p: Array) -> jax.Array:
                 return _first(self.grad_fn(x, *layout.rebuild(p)))
 
-            def mixed(res: Any, lin: Any) -> Any:
+            def mixed(res: tuple[Array, ...], lin: tuple[Array, ...]) -> tuple[Array]:
                 # Forward mode needs a jvp rule on the grad module; reverse mode only uses `mixed_t`.
                 xx, *pp = res
                 f = _of_params(grad_of, xx, pp, idx)
@@ -275,29 +283,31 @@ def _gradient_rule(layout: _Layout) -> Any:
                         f"Warp's adjoint of grad (hessian='projected'). ({e})"
                     ) from e
 
-            def mixed_t(res: Any, cts: Any) -> Any:
+            def mixed_t(res: tuple[Array, ...], cts: tuple[Array, ...]) -> tuple[Array, ...]:
                 xx, *pp = res
                 grads = _param_vjp(grad_of, xx, pp, cts[0])
-                return tuple(grads[i] for i in idx)
+                # the params at idx are float arrays: their cotangents are arrays, not None
+                return tuple(grads[i] for i in idx)  # pyright: ignore[reportReturnType]
 
-            t = t + linear_call(mixed, mixed_t, (x, *leaves), tuple(dleaves[i] for i in idx), out_shapes=(g,))[0]
+            # idx keeps the nonzero tangents only: arrays, not SymbolicZero
+            t = t + linear_call(mixed, mixed_t, (x, *leaves), tuple(dleaves[i] for i in idx), out_shapes=(g,))[0]  # pyright: ignore[reportArgumentType]
         return g, t
 
     gradient_flat.defjvp(jvp, symbolic_zeros=True)
     return gradient_flat
 
 
-def _kernel_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
+def _kernel_hvp(self: Energy, layout: _Layout) -> LinearMap:
     """``H v`` through the ``hess_prod`` module, as a `linear_call` map."""
 
-    def hvp(res: Any, lin: Any) -> Any:
+    def hvp(res: tuple[Array, ...], lin: tuple[Array, ...]) -> tuple[Array, ...]:
         args = _with_direction(self.direction, res[0], layout.rebuild(res[1:]), lin[0])
         return (_first(self.hess_prod_fn(*args)),)
 
     return hvp
 
 
-def _exact_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
+def _exact_hvp(self: Energy, layout: _Layout) -> LinearMap:
     """``H v`` through reverse mode of the ``grad`` module (Warp's adjoint), as a `linear_call` map.
 
     The pullback of ``grad`` at ``x`` is ``v -> J^T v`` with ``J = dgrad/dx``, which is the
@@ -313,7 +323,7 @@ def _exact_hvp(self: Energy, layout: _Layout) -> Callable[..., Any]:
             "hessian='exact', or use E.hess_prod(x, *params, v=v) directly as a solver's linear operator."
         )
 
-    def hvp(res: Any, lin: Any) -> Any:
+    def hvp(res: tuple[Array, ...], lin: tuple[Array, ...]) -> tuple[Array, ...]:
         xx, *pp = res
         params = layout.rebuild(pp)
         _, pullback = jax.vjp(lambda x: _first(self.grad_fn(x, *params)), xx)

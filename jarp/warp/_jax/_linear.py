@@ -8,25 +8,29 @@ is ``tfn(res, cts)``; both are vmapped when batched.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeAlias
 
 import jax
 import jax.core  # `import jax` loads it, but only this import declares it to type checkers
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jaxtyping import Array
+
+LinearMap: TypeAlias = Callable[[tuple[Array, ...], tuple[Array, ...]], Sequence[Array]]
+"""``fn(res, lin)``: a map linear in ``lin`` (arrays) with residuals ``res`` (arrays), returning arrays."""
 
 linear_p = Primitive("jarp_linear")
 linear_p.multiple_results = True
 
 
 def linear_call(
-    fn: Callable[..., Any],
-    tfn: Callable[..., Any],
-    res: Sequence[Any],
-    lin: Sequence[Any],
-    out_shapes: Sequence[Any] | None = None,
-) -> Any:
+    fn: LinearMap,
+    tfn: LinearMap,
+    res: Sequence[Array],
+    lin: Sequence[Array],
+    out_shapes: Sequence[Array | jax.ShapeDtypeStruct] | None = None,
+) -> Sequence[Array]:
     """Apply ``fn(res, lin)`` (linear in ``lin``) with transpose ``tfn(res, cts)``.
 
     With ``out_shapes`` given, ``fn`` is not traced until it must run, so a map
@@ -40,7 +44,9 @@ def linear_call(
     return linear_p.bind(*res, *lin, fn=fn, tfn=tfn, n_res=len(res), out_avals=avals)
 
 
-def _linear_impl(*args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+def _linear_impl(
+    *args: Array, fn: LinearMap, tfn: LinearMap, n_res: int, out_avals: Sequence[jax.core.ShapedArray]
+) -> tuple[Array, ...]:
     return tuple(fn(tuple(args[:n_res]), tuple(args[n_res:])))
 
 
@@ -49,7 +55,15 @@ linear_p.def_abstract_eval(lambda *args, out_avals, **_: list(out_avals))
 mlir.register_lowering(linear_p, mlir.lower_fun(_linear_impl, multiple_results=True))
 
 
-def _linear_jvp(primals: Any, tangents: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+def _linear_jvp(
+    primals: Sequence[Array],
+    tangents: Sequence[Array | ad.Zero],
+    *,
+    fn: LinearMap,
+    tfn: LinearMap,
+    n_res: int,
+    out_avals: Sequence[jax.core.ShapedArray],
+) -> tuple[Sequence[Array], Sequence[Array]]:
     if any(type(t) is not ad.Zero for t in tangents[:n_res]):
         raise NotImplementedError(
             "jarp: differentiating a user tangent rule (jvp=/hess_prod) with respect to the point it is "
@@ -61,7 +75,14 @@ def _linear_jvp(primals: Any, tangents: Any, *, fn: Any, tfn: Any, n_res: int, o
     return out, t_out
 
 
-def _linear_transpose(cts: Any, *args: Any, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+def _linear_transpose(
+    cts: Sequence[Array | ad.Zero],
+    *args: Array | ad.UndefinedPrimal,
+    fn: LinearMap,
+    tfn: LinearMap,
+    n_res: int,
+    out_avals: Sequence[jax.core.ShapedArray],
+) -> Sequence[Array | None]:
     res, lin = args[:n_res], args[n_res:]
     cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct for ct, a in zip(cts, out_avals, strict=True)]
     lin_avals = tuple(jax.core.ShapedArray(x.aval.shape, x.aval.dtype) for x in lin)
@@ -69,16 +90,24 @@ def _linear_transpose(cts: Any, *args: Any, fn: Any, tfn: Any, n_res: int, out_a
     return [None] * n_res + list(out)
 
 
-def _linear_batch(args: Any, dims: Any, *, fn: Any, tfn: Any, n_res: int, out_avals: Any) -> Any:
+def _linear_batch(
+    args: Sequence[Array],
+    dims: Sequence[int | None],
+    *,
+    fn: LinearMap,
+    tfn: LinearMap,
+    n_res: int,
+    out_avals: Sequence[jax.core.ShapedArray],
+) -> tuple[Sequence[Array], list[int]]:
     size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
     args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
     res_axes = tuple(None if d is None else 0 for d in dims[:n_res])
     lin_axes = tuple(None if d is None else 0 for d in dims[n_res:])
 
-    def batched_fn(res: Any, lin: Any) -> Any:
+    def batched_fn(res: tuple[Array, ...], lin: tuple[Array, ...]) -> tuple[Array, ...]:
         return jax.vmap(lambda r, li: tuple(fn(r, li)), in_axes=(res_axes, lin_axes), axis_size=size)(res, lin)
 
-    def batched_tfn(res: Any, cts: Any) -> Any:
+    def batched_tfn(res: tuple[Array, ...], cts: tuple[Array, ...]) -> tuple[Array, ...]:
         return jax.vmap(lambda r, c: tuple(tfn(r, c)), in_axes=(res_axes, 0), axis_size=size)(res, cts)
 
     out = linear_call(batched_fn, batched_tfn, args[:n_res], args[n_res:])
