@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -35,8 +35,12 @@ from ._builds import obtain
 from ._replays import taped_run
 from ._structures import AbstractStructure, HashGrid, Recipe
 
+if TYPE_CHECKING:
+    from .._plan._arg_spec import ArgSpec
+    from .._plan._values import Buffer
 
-def is_structure(value: Any) -> bool:
+
+def is_structure(value: object) -> bool:
     """Whether ``value`` is a jarp structure (`jarp.warp.Mesh`...)."""
     return isinstance(value, AbstractStructure)
 
@@ -125,7 +129,7 @@ class Launcher(eqx.Module):
             structures.append(StructureOperands(name, kind, arrays, winding, constructor, leaf_size))
         return NativeLaunch(plan, tuple(structures))
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any) -> None:  # Warp arrays and scalars, in the launch's order
         values: list[Any] = []
         rest = iter(args)
         for group in self.groups:
@@ -145,7 +149,7 @@ class Launcher(eqx.Module):
 
 def launch(
     make_callable: Callable[..., Callable[..., tuple[jax.Array, ...]]],
-    target: Any,
+    target: wp.Kernel | Callable[..., object],
     params: tuple[tuple[str, Any], ...],
     args: tuple[Any, ...],
     what: str,
@@ -153,7 +157,7 @@ def launch(
     launch: tuple[tuple[int, ...], int, int | None] | None,
     drops: tuple[Drop, ...] | None,
     plan: Plan | None = None,
-    **options: Any,
+    **options: object,
 ) -> tuple[jax.Array, ...]:
     """Run a module call given structures: the structures' arrays become operands of a callable whose function (a
     `Launcher`) builds them inside the call and runs the target. What both module kinds share, after each has
@@ -182,7 +186,7 @@ def launch(
     return make_callable(Launcher(target, groups, xparams, launch, plan), **options)(*xargs)
 
 
-def _warp_object(built: Any) -> Any:
+def _warp_object(built: object) -> object:
     """The Warp object behind what `obtain` keeps (a mesh with its private indices...)."""
     for name in ("mesh", "bvh"):
         if hasattr(built, name):
@@ -409,7 +413,7 @@ def _refuse_gradient(x: jax.Array, message: str) -> jax.Array:
     return identity(x)
 
 
-def output_dims(results: Any, outputs: Any) -> Mapping[str, tuple[int, ...]] | None:
+def output_dims(results: Sequence[Buffer], outputs: Sequence[ArgSpec]) -> Mapping[str, tuple[int, ...]] | None:
     """The inner callable's ``output_dims``: the pure outputs' shapes by name (None without pure outputs)."""
     if not outputs:
         return None  # in-out outputs only: shaped like their inputs

@@ -11,6 +11,7 @@ long a built object lives is `_builds`' concern.
 
 import abc
 import dataclasses
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import warp as wp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._upstream import _warp_types
 
@@ -86,21 +87,21 @@ class AbstractStructure(eqx.Module):
         return None
 
     @abc.abstractmethod
-    def _cast(self, name: str, value: Any) -> jax.Array:
+    def _cast(self, name: str, value: ArrayLike) -> jax.Array:
         """Array ``name`` as Warp builds from it (dtype, shape)."""
 
     @classmethod
     @abc.abstractmethod
-    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> Any:
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: wp.Device) -> Any:
         """A new Warp object from the call's arrays (it may keep private copies of them)."""
 
     @classmethod
     @abc.abstractmethod
-    def update(cls, recipe: Recipe, built: Any, arrays: dict[str, wp.array]) -> bool:
+    def update(cls, recipe: Recipe, built: Any, arrays: dict[str, wp.array]) -> bool:  # built: what its `build` made
         """Bring ``built`` up to date with this call's arrays in place (refit); False where it must be rebuilt."""
 
 
-def _float32_rows(value: Any, name: str, what: str) -> jax.Array:
+def _float32_rows(value: ArrayLike, name: str, what: str) -> jax.Array:
     value = jnp.asarray(value)
     _one_structure(value, 2, name, what)
     if value.ndim != 2 or value.shape[-1] != 3:
@@ -110,7 +111,7 @@ def _float32_rows(value: Any, name: str, what: str) -> jax.Array:
     return value.astype(jnp.float32)
 
 
-def _one_structure(value: Any, ndim: int, name: str, what: str) -> None:
+def _one_structure(value: jax.Array, ndim: int, name: str, what: str) -> None:
     """Refuse, at the call, a stacked structure (leading batch dims) that no ``jax.vmap`` unstacked."""
     if value.ndim > ndim:
         raise ValueError(
@@ -120,13 +121,13 @@ def _one_structure(value: Any, ndim: int, name: str, what: str) -> None:
         )
 
 
-def _shape(value: Any) -> tuple[int, ...] | None:
+def _shape(value: object) -> tuple[int, ...] | None:
     """A leaf's shape, or None for what has none (a placeholder Equinox or a user put in its place)."""
     shape = getattr(value, "shape", None)
     return None if shape is None else tuple(shape)
 
 
-def _check_rows(what: str, **arrays: Any) -> tuple[int, ...] | None:
+def _check_rows(what: str, **arrays: object) -> tuple[int, ...] | None:
     """Check that each array is ``(*batch, n, 3)`` with the same batch and ``n``; return ``(*batch, n)``."""
     found: tuple[int, ...] | None = None
     first = None
@@ -168,7 +169,7 @@ def _check_leaf_size(value: int | None, name: str, what: str) -> None:
 _INT32_MAX = 2**31 - 1  # Warp passes counts and sizes to its native code as C ints
 
 
-def _grid_dims(dims: Any) -> tuple[int, int, int]:
+def _grid_dims(dims: object) -> tuple[int, int, int]:
     """A `HashGrid`'s ``dims`` as three positive ints whose product fits Warp's cell count (a C int)."""
     values: tuple[Any, ...] = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
     ok = len(values) == 3 and all(
@@ -183,7 +184,7 @@ def _grid_dims(dims: Any) -> tuple[int, int, int]:
     return (int(values[0]), int(values[1]), int(values[2]))
 
 
-def _as_array(value: Any) -> Any:
+def _as_array(value: object) -> Any:  # an array where the field is one: its converter
     """Lists and tuples of numbers as arrays (so that their shape and dtype are checked); anything else as it is."""
     return jnp.asarray(value) if isinstance(value, (list, tuple)) else value
 
@@ -192,11 +193,11 @@ def _as_array(value: Any) -> Any:
 _CONSTRUCTORS = frozenset({"sah", "median", "lbvh"})
 
 
-def _floats(values: Any) -> tuple[float, ...]:
+def _floats(values: Iterable[float]) -> tuple[float, ...]:
     return tuple(map(float, values))
 
 
-def _static(default: Any = None) -> Any:
+def _static(default: object = None) -> Any:
     return eqx.field(static=True, default=default)
 
 
@@ -354,7 +355,7 @@ class Mesh(AbstractStructure):
         out[k] = ("indices", indices, _INDEX_ARRAYS[np.dtype(indices.dtype)])
         return tuple(out)
 
-    def _cast(self, name: str, value: Any) -> jax.Array:
+    def _cast(self, name: str, value: ArrayLike) -> jax.Array:
         if name == "indices":
             # checked again at the call: a tree_map, tree_at or deserialisation builds no new Mesh
             value = jnp.asarray(value)
@@ -379,7 +380,7 @@ class Mesh(AbstractStructure):
         return "mesh", settings[0], settings[1], bool(recipe.option("support_winding_number"))
 
     @classmethod
-    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltMesh:
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: wp.Device) -> _BuiltMesh:
         points = arrays["points"]
         indices = _checked_indices(arrays["indices"], points.shape[0], None, recipe.label)
         # Without velocities Warp's mesh holds a null array, which a kernel reading wp.mesh_get(id).velocities[i]
@@ -462,7 +463,7 @@ class Bvh(AbstractStructure):
         _check_constructor(self.constructor, "constructor", "Bvh")
         _check_leaf_size(self.leaf_size, "leaf_size", "Bvh")
 
-    def _cast(self, name: str, value: Any) -> jax.Array:
+    def _cast(self, name: str, value: ArrayLike) -> jax.Array:
         return _float32_rows(value, name, "Bvh")
 
     @classmethod
@@ -471,7 +472,7 @@ class Bvh(AbstractStructure):
         return None if settings is None else ("bvh", settings[0], settings[1], False)
 
     @classmethod
-    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> _BuiltBvh:
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: wp.Device) -> _BuiltBvh:
         lowers, uppers = wp.clone(arrays["lowers"]), wp.clone(arrays["uppers"])
         bvh = wp.Bvh(lowers, uppers, constructor=recipe.option("constructor"), leaf_size=recipe.option("leaf_size"))
         return _BuiltBvh(bvh, lowers, uppers)
@@ -536,11 +537,11 @@ class HashGrid(AbstractStructure):
         points = _float32_rows(points, "points", "HashGrid").astype(points.dtype)
         return (("points", points, _GRID_ARRAYS[np.dtype(points.dtype)]),)
 
-    def _cast(self, name: str, value: Any) -> jax.Array:
+    def _cast(self, name: str, value: ArrayLike) -> jax.Array:
         raise AssertionError("HashGrid.operands casts its points itself")
 
     @classmethod
-    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.HashGrid:
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: wp.Device) -> wp.HashGrid:
         points = arrays["points"]
         grid = wp.HashGrid(*recipe.option("dims"), device=device, dtype=_warp_types.scalar_type(points.dtype))
         grid.build(points, recipe.option("radius"))
@@ -595,7 +596,7 @@ class Volume(AbstractStructure):
         if len(self.origin) != 3 or not all(np.isfinite(self.origin)):
             raise ValueError(f"jarp.warp.Volume: origin must be three finite numbers (x, y, z), got {self.origin}.")
 
-    def _cast(self, name: str, value: Any) -> jax.Array:
+    def _cast(self, name: str, value: ArrayLike) -> jax.Array:
         value = jnp.asarray(value)
         _one_structure(value, 3, "values", "Volume")
         if value.ndim != 3 or value.size == 0:
@@ -603,7 +604,7 @@ class Volume(AbstractStructure):
         return value.astype(jnp.float32)
 
     @classmethod
-    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: Any) -> wp.Volume:
+    def build(cls, recipe: Recipe, arrays: dict[str, wp.array], device: wp.Device) -> wp.Volume:
         return wp.Volume.load_from_numpy(
             arrays["values"].numpy(),
             min_world=recipe.option("origin"),
