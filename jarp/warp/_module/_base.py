@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import equinox as eqx
 import jax
 import warp as wp
+from jaxtyping import PyTree
 
 if TYPE_CHECKING:
     # as Equinox's documentation advises: type checkers know ClassVar, not Equinox's runtime marker
@@ -77,7 +78,7 @@ class AbstractWarpModule(eqx.Module):
             if rule is not None and not callable(rule):
                 raise TypeError(f"{self._what}: {name} must be a jarp module or a function, got {type(rule).__name__}.")
 
-    def __call__(self, *args: Any, **options: Any) -> tuple[jax.Array, ...]:
+    def __call__(self, *args: PyTree, **options: object) -> tuple[jax.Array, ...]:
         """Launch on ``args`` (one value per input parameter); return the outputs as a tuple."""
         unknown = sorted(set(options) - set(self._call_options))
         if unknown:

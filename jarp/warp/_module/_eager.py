@@ -10,8 +10,8 @@ import collections
 import dataclasses
 import functools
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import equinox as eqx
 import jax
@@ -24,8 +24,18 @@ from .._plan import _cache_table
 from .._plan._static_keys import Static
 from .._upstream import _locks
 
+if TYPE_CHECKING:
 
-def _thaw(value: Any) -> Any:
+    class _Module(Protocol):
+        """What eager dispatch needs of a module: an `AbstractWarpModule` (named by its shape here: its module
+        imports this one), a dataclass with the module's own pipeline."""
+
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+        def _trace(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> tuple[jax.Array, ...]: ...
+
+
+def _thaw(value: object) -> object:
     """Undo `_freeze`'s wrapping of numbers (the frozen form is only for the cache key)."""
     if isinstance(value, Static):
         return value.value
@@ -35,8 +45,12 @@ def _thaw(value: Any) -> Any:
 
 
 def _eager_impl(
-    module: Any, array_def: Any, statics: tuple[Any, tuple[Any, ...]], options: tuple[Any, ...], *arrays: Any
-) -> Any:
+    module: _Module,
+    array_def: jax.tree_util.PyTreeDef,  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs
+    statics: tuple[jax.tree_util.PyTreeDef, tuple[object, ...]],  # pyright: ignore[reportInvalidTypeForm]
+    options: tuple[tuple[str, object], ...],
+    *arrays: jax.Array,
+) -> tuple[jax.Array, ...]:
     # The arguments back from `eqx.partition`'s halves: the arrays (traced) and the static leaves (frozen, below).
     static_def, frozen = statics
     static = jax.tree_util.tree_unflatten(static_def, [_thaw(v) for v in frozen])
@@ -73,7 +87,7 @@ class _Executables:
         )
         self._lock = _locks.make("eager")
 
-    def get(self, module: Any) -> Any:
+    def get(self, module: _Module) -> Callable[..., tuple[jax.Array, ...]]:
         """The jitted eager entry of ``module``: ``fn(treedef, statics, options, *arrays)``."""
         entry = self._by_id.get(id(module))
         if entry is not None and entry[0]() is module:
@@ -98,7 +112,7 @@ class _Executables:
             weakref.finalize(module, self._forget, id(module), ref, digest, witness)
         return fn
 
-    def ran(self, module: Any) -> None:
+    def ran(self, module: _Module) -> None:
         """Hold ``module`` among the recent ones if it was rebuilt equal to a collected one (after a success)."""
         recent = self._recent
         if id(module) in recent or id(module) not in self._pinned:
@@ -108,7 +122,7 @@ class _Executables:
             while len(recent) > self.RECENT:
                 recent.popitem(last=False)
 
-    def _rebuilt(self, module: Any, digest: int) -> bool:
+    def _rebuilt(self, module: _Module, digest: int) -> bool:
         """Whether ``module`` equals one collected recently: the same hash, and the same objects where it
         compares by identity (its kernel).
 
@@ -143,7 +157,7 @@ class _Executables:
             self._recent.clear()
 
 
-def _identity_fields(module: Any) -> tuple[Any, ...]:
+def _identity_fields(module: _Module) -> tuple[object, ...]:
     """The field values of ``module`` that compare and hash by identity (a Warp kernel, a module-level function).
 
     None (an option left out) hashes by identity too, but is never collected.
@@ -152,7 +166,7 @@ def _identity_fields(module: Any) -> tuple[Any, ...]:
     return tuple(v for v in values if v is not None and type(v).__hash__ is object.__hash__)
 
 
-def _witness(module: Any) -> tuple[weakref.ref[Any], ...] | None:
+def _witness(module: _Module) -> tuple[weakref.ref[Any], ...] | None:
     """Weak references to `_identity_fields` (None if one cannot be weakly referenced: then no module matches)."""
     try:
         return tuple(weakref.ref(v) for v in _identity_fields(module))
@@ -160,10 +174,10 @@ def _witness(module: Any) -> tuple[weakref.ref[Any], ...] | None:
         return None
 
 
-def _weak_impl(box: list[weakref.ref[Any]], *args: Any) -> Any:
+def _weak_impl(box: list[weakref.ref[_Module]], *args: Any) -> tuple[jax.Array, ...]:
     # A live module among those sharing this function (all equal): the caller re-pointed the
     # box to itself if the module it held was collected.
-    return _eager_impl(box[0](), *args)
+    return _eager_impl(box[0](), *args)  # pyright: ignore[reportArgumentType]  # alive: see above
 
 
 _executables = _Executables()
@@ -174,7 +188,7 @@ _cache_table.register(_executables, "jarp.warp eager executables")
 _EAGER_LEAVES = (jax.Array, bool, int, float, complex, str, bytes, np.generic, type(None))
 
 
-def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
+def try_eager(module: _Module, args: Sequence[Any], options: dict[str, Any]) -> tuple[jax.Array, ...] | None:
     """Run an eager (un-traced) call through one cached executable per module and signature.
 
     Returns None when the call is not eligible (a tracer, a non-JAX array or an
@@ -209,7 +223,7 @@ def try_eager(module: Any, args: Sequence[Any], options: dict[str, Any]) -> tupl
     return out
 
 
-def _freeze(value: Any) -> Any:
+def _freeze(value: object) -> object:
     """A hashable, plain-Python form of an argument or option value, numbers keyed by `Static`.
 
     NumPy scalars become Python numbers; a number compares by type and bits (every NaN alike).

@@ -9,7 +9,7 @@ from .._plan._normalize import normalize_output_dims, tuple_of_str
 from ._value_callables import value_callable
 
 
-def value_callable_field(default: Any = None) -> Any:
+def value_callable_field(default: object = None) -> Any:
     """A static field holding a user callable, compared by value where it can be (`value_callable`)."""
     return eqx.field(static=True, default=default, converter=value_callable)
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -63,7 +64,7 @@ class _ValueFunction:
         self.__wrapped__ = func
         self._key = key
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         return self.__wrapped__(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -83,12 +84,12 @@ class _ValueFunction:
         return repr(self.__wrapped__)
 
 
-def _is_nested(func: Any) -> TypeGuard[types.FunctionType]:
+def _is_nested(func: object) -> TypeGuard[types.FunctionType]:
     """Whether ``func`` is a function made inside another function (a new object at every call of that one)."""
     return isinstance(func, types.FunctionType) and (func.__closure__ is not None or "<locals>" in func.__qualname__)
 
 
-def value_callable(func: Any) -> Any:
+def value_callable(func: Callable[..., object] | None) -> Any:
     """``func``, compared by value where it can be: a partial by its function and arguments, a nested function
     (closure, lambda) by its code, defaults and captured values when all are hashable.
 
@@ -120,7 +121,7 @@ def value_callable(func: Any) -> Any:
 _CAPTURE_DEPTH = 8
 
 
-def _function_key(func: types.FunctionType, depth: int, active: tuple[Any, ...]) -> tuple[Any, ...]:
+def _function_key(func: types.FunctionType, depth: int, active: tuple[types.FunctionType, ...]) -> tuple[object, ...]:
     """The key of a nested function: its code, globals, defaults, captured values and annotations.
 
     Args:
@@ -146,7 +147,7 @@ def _function_key(func: types.FunctionType, depth: int, active: tuple[Any, ...])
     return (func.__code__, id(func.__globals__), defaults, kwdefaults, cells, annotations)
 
 
-def _capture_key(value: Any, depth: int, active: tuple[Any, ...]) -> Any:
+def _capture_key(value: object, depth: int, active: tuple[types.FunctionType, ...]) -> object:
     """A captured value keyed by value: a nested function or a partial by its parts (`_CAPTURE_DEPTH` levels
     deep), a number by its exact type and bits (`static_key`), a tuple element by element.
 
@@ -180,7 +181,7 @@ def _capture_key(value: Any, depth: int, active: tuple[Any, ...]) -> Any:
     return (type(value), value)
 
 
-def _annotation_key(annotation: Any) -> Any:
+def _annotation_key(annotation: Any) -> object:  # any annotation a user wrote
     """An annotation by value: a Warp array type (a new object at each ``wp.array(dtype=...)``) by its kind,
     dtype and ndim; any other one as it is (types compare by identity, strings by value)."""
     if wp.types.is_array(annotation):
@@ -194,7 +195,7 @@ _nested_seen: dict[tuple[Any, str, Any], weakref.ref[Any]] = {}
 _nested_lock = _locks.make("closure_depth")
 
 
-def warn_if_rebuilt_closure(cls: type, module: Any) -> None:
+def warn_if_rebuilt_closure(cls: type, module: object) -> None:
     """Warn (once per field) when a module is rebuilt with a new closure or partial that differs by identity.
 
     Such a closure makes every rebuilt module unequal to the last, so ``jax.jit``/``eqx.filter_jit`` retrace at
@@ -237,7 +238,7 @@ def warn_if_rebuilt_closure(cls: type, module: Any) -> None:
         warn_unused_option(cls._what, field.name, _rebuild_message(func, culprits, by_identity))
 
 
-def _rebuild_origin(func: Any) -> Any:
+def _rebuild_origin(func: object) -> object:
     """What every build of ``func`` shares: a nested function's code; for a partial, the origin of its function."""
     if _is_nested(func):
         return func.__code__
@@ -250,7 +251,7 @@ def _rebuild_origin(func: Any) -> Any:
 _UNASSIGNED = object()
 
 
-def _parts(value: Any, depth: int) -> list[tuple[str, Any]] | None:
+def _parts(value: object, depth: int) -> list[tuple[str, object]] | None:
     """The parts `value_callable` compares ``value`` by, named; None for a value it compares as a whole.
 
     Args:
@@ -281,7 +282,7 @@ def _parts(value: Any, depth: int) -> list[tuple[str, Any]] | None:
     return None
 
 
-def _cell_value(cell: Any) -> Any:
+def _cell_value(cell: types.CellType) -> object:
     """A closure cell's value, or `_UNASSIGNED` for an empty cell."""
     try:
         return cell.cell_contents
@@ -292,7 +293,7 @@ def _cell_value(cell: Any) -> Any:
 _Culprit = tuple[tuple[str, ...], str]  # the path of a captured value (names, outermost first), and what it is
 
 
-def _identity_differences(old: Any, new: Any, path: tuple[str, ...] = (), depth: int = 0) -> list[_Culprit]:
+def _identity_differences(old: object, new: object, path: tuple[str, ...] = (), depth: int = 0) -> list[_Culprit]:
     """The captured values of ``new`` that differ from those of ``old`` (an earlier build) only by identity.
 
     Args:
@@ -308,7 +309,9 @@ def _identity_differences(old: Any, new: Any, path: tuple[str, ...] = (), depth:
     return _differences(old, new, path, depth, frozenset())
 
 
-def _differences(old: Any, new: Any, path: tuple[str, ...], depth: int, active: frozenset[Any]) -> list[_Culprit]:
+def _differences(
+    old: object, new: object, path: tuple[str, ...], depth: int, active: frozenset[tuple[int, int]]
+) -> list[_Culprit]:
     """`_identity_differences`, with ``active`` the pairs of functions being compared (recursion met again)."""
     if old is new or (id(old), id(new)) in active:  # the same object, or a recursive function met again
         return []
@@ -328,7 +331,7 @@ def _differences(old: Any, new: Any, path: tuple[str, ...], depth: int, active: 
     return [] if what is None else [(path, what)]
 
 
-def _compared_by_identity(old: Any, new: Any) -> str | None:
+def _compared_by_identity(old: Any, new: Any) -> str | None:  # two objects of any one type (checked first)
     """What ``new`` is, when it differs from ``old`` only by being another object; None for a difference by value.
 
     Long-lived objects compared by identity (module-level functions, classes, modules, Warp kernels and
@@ -355,7 +358,7 @@ def _compared_by_identity(old: Any, new: Any) -> str | None:
 
 
 def _uncomparable_captures(
-    value: Any, path: tuple[str, ...] = (), depth: int = 0, active: frozenset[int] = frozenset()
+    value: object, path: tuple[str, ...] = (), depth: int = 0, active: frozenset[int] = frozenset()
 ) -> list[_Culprit]:
     """The captured values that keep `value_callable` from comparing ``value`` (a nested function) by value.
 
