@@ -90,7 +90,7 @@ def describe_type(warp_type: Any) -> str:
     return name if name.startswith("wp.") or not wp.types.type_is_value(warp_type) else f"wp.{name}"
 
 
-def _dtype_name(dtype: Any) -> str:
+def _dtype_name(dtype: object) -> str:
     """How an error message names a Warp type: ``float32``, ``vec3f``, ``Any``, a struct's name, ``wp.Texture2D``."""
     name = getattr(dtype, "__name__", None)
     if dtype is Any or name == "Any":

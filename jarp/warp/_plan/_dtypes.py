@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import warp as wp
+from jax.typing import DTypeLike
 
 from .._upstream import _warp_types
 
@@ -50,18 +51,18 @@ HALF_TYPES: tuple[Any, ...] = (wp.float16, wp.bfloat16)
 """The 16-bit float types, which Warp passes to kernels as their bit pattern (a `uint16`)."""
 
 
-def is_inexact(dtype: Any) -> bool:
+def is_inexact(dtype: DTypeLike) -> bool:
     """Whether a NumPy/JAX dtype is floating point or complex (the dtypes JAX differentiates)."""
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
-def is_float_array(x: Any, *, numpy: bool = True) -> bool:
+def is_float_array(x: object, *, numpy: bool = True) -> bool:
     """Whether ``x`` is a JAX array or tracer (or, with ``numpy``, a NumPy array) of an inexact dtype."""
     kinds = (jax.Array, np.ndarray) if numpy else jax.Array
     return isinstance(x, kinds) and is_inexact(x.dtype)
 
 
-def is_scalar(dtype: Any) -> bool:
+def is_scalar(dtype: object) -> bool:
     """Return whether `dtype` is one of Warp's scalar types (by identity; `float` and `int` are not).
 
     Example:
@@ -71,7 +72,7 @@ def is_scalar(dtype: Any) -> bool:
     return any(dtype is t for t in SCALAR_TYPES)
 
 
-def scalar_of(dtype: Any) -> Any:
+def scalar_of(dtype: object) -> Any:
     """Return the scalar type of a Warp vector or matrix type, or `dtype` itself for a scalar type.
 
     Example:
@@ -81,7 +82,7 @@ def scalar_of(dtype: Any) -> Any:
     return getattr(dtype, "_wp_scalar_type_", dtype)
 
 
-def is_composite(dtype: Any) -> bool:
+def is_composite(dtype: object) -> bool:
     """Return whether `dtype` is one of Warp's composite value types over a scalar: a vector, matrix, quaternion,
     transform, spatial vector or spatial matrix (Warp's own or made with `wp.types.vector`/`wp.types.matrix`).
 
@@ -95,12 +96,12 @@ def is_composite(dtype: Any) -> bool:
     return isinstance(dtype, type) and bool(wp.types.type_is_composite(dtype)) and is_scalar(scalar_of(dtype))
 
 
-def is_element(dtype: Any) -> bool:
+def is_element(dtype: object) -> bool:
     """Return whether `dtype` is a Warp type JAX can carry as an array element: a scalar or a composite of one."""
     return is_scalar(dtype) or is_composite(dtype)
 
 
-def element_shape(dtype: Any) -> tuple[int, ...]:
+def element_shape(dtype: type) -> tuple[int, ...]:
     """Return the trailing JAX dims of one element of a Warp scalar or composite type: the one source of truth.
 
     A Warp array of `dtype` with Warp dims `(n, ...)` is a JAX array of shape `(n, ..., *element_shape(dtype))`
@@ -130,7 +131,7 @@ def element_shape(dtype: Any) -> tuple[int, ...]:
     )
 
 
-def element_bytes(dtype: Any) -> int:
+def element_bytes(dtype: type) -> int:
     """Return the bytes of one element of a Warp scalar or composite type, as Warp lays it out.
 
     Equal to `to_numpy(dtype).itemsize * prod(element_shape(dtype))` for every type JAX can carry (Warp packs a
@@ -144,14 +145,14 @@ def element_bytes(dtype: Any) -> int:
     return int(wp.types.type_size_in_bytes(dtype))
 
 
-def _type_name(dtype: Any) -> str:
+def _type_name(dtype: object) -> str:
     try:
         return wp.types.type_repr(dtype)
     except Exception:  # not a Warp type at all
         return repr(dtype)
 
 
-def to_numpy(dtype: Any) -> np.dtype:
+def to_numpy(dtype: type) -> np.dtype:
     """Return the NumPy (and JAX) dtype of the scalars of a Warp scalar, vector or matrix type.
 
     Args:
@@ -179,7 +180,7 @@ def to_numpy(dtype: Any) -> np.dtype:
     )
 
 
-def from_jax(dtype: Any) -> Any:
+def from_jax(dtype: DTypeLike) -> Any:
     """Return the Warp scalar type of a JAX or NumPy dtype.
 
     Args:
@@ -268,12 +269,12 @@ def _float_to_bfloat16_bits(value: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
-def _half_bits(scalar: Any, value: float) -> int:
+def _half_bits(scalar: type, value: float) -> int:
     """The bit pattern `wp.launch` packs a Python float into for a `float16`/`bfloat16` kernel parameter."""
     return _float_to_half_bits(value) if scalar is wp.float16 else _float_to_bfloat16_bits(value)
 
 
-def static_float(scalar: Any, value: float) -> float:
+def static_float(scalar: type, value: float) -> float:
     """Return the value a float kernel parameter receives for a static Python float.
 
     `float16` and `bfloat16` values are rounded as `wp.launch` rounds them: to float32,
@@ -300,7 +301,7 @@ def static_float(scalar: Any, value: float) -> float:
     return value
 
 
-def overflows(scalar: Any, value: float) -> bool:
+def overflows(scalar: type, value: float) -> bool:
     """Return whether a finite `value` becomes infinite as a static argument of type `scalar`.
 
     Only the half types can overflow here (float32 parameters take what ctypes packs, and
@@ -314,7 +315,7 @@ def overflows(scalar: Any, value: float) -> bool:
     return is_half and math.isfinite(value) and math.isinf(static_float(scalar, value))
 
 
-def composite_ctype_value(dtype: Any, value: Any) -> Any:
+def composite_ctype_value(dtype: type[ctypes.Array[Any]], value: object) -> Any:
     """Return the ctypes value of a static composite kernel argument (a vector, matrix, quaternion, transform...).
 
     Args:
@@ -340,7 +341,7 @@ def composite_ctype_value(dtype: Any, value: Any) -> Any:
     return dtype.from_buffer_copy(raw)
 
 
-def ctype_value(scalar: Any, value: float | int | bool) -> ctypes._SimpleCData:
+def ctype_value(scalar: type, value: float | int | bool) -> ctypes._SimpleCData:
     """Return the ctypes value of a static scalar kernel argument, packed as `wp.launch` packs it.
 
     Warp passes `float16` and `bfloat16` parameters as their bit pattern in a `uint16`

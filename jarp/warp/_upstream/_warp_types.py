@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
-from typing import Any
+from typing import Any, TypeGuard
 
 import warp as wp
 from warp._src.codegen import Struct as _Struct
@@ -25,7 +25,7 @@ from warp._src.types import concrete_array_type as _concrete_array_type
 ARRAY_KINDS = ("array", "indexedarray", "fabricarray", "indexedfabricarray", "fixedarray")
 
 
-def array_kind(warp_type: Any) -> str | None:
+def array_kind(warp_type: object) -> str | None:
     """The name of the Warp array class an array annotation (or array) belongs to; None if it is no array.
 
     ``wp.types.is_array`` is true for every one of Warp's array classes, whose kernel arguments have
@@ -45,44 +45,44 @@ def array_kind(warp_type: Any) -> str | None:
     return _concrete_array_type(warp_type).__name__
 
 
-def vector_shape(dtype: Any) -> tuple[int, ...]:
+def vector_shape(dtype: type) -> tuple[int, ...]:
     """The shape of a Warp vector or matrix type: ``(3,)`` for ``wp.vec3``, ``(3, 3)`` for ``wp.mat33``."""
     return tuple(int(d) for d in dtype._shape_)
 
 
-def scalar_type(dtype: Any) -> Any:
+def scalar_type(dtype: type) -> Any:
     """The scalar type of a Warp vector or matrix type: ``wp.float64`` for ``wp.vec3d``."""
     return dtype._wp_scalar_type_
 
 
-def is_struct_type(warp_type: Any) -> bool:
+def is_struct_type(warp_type: object) -> TypeGuard[_Struct]:
     """Whether ``warp_type`` is a Warp struct type (what ``@wp.struct`` returns)."""
     return isinstance(warp_type, _Struct)
 
 
-def struct_fields(struct_type: Any) -> tuple[tuple[str, Any], ...]:
+def struct_fields(struct_type: _Struct) -> tuple[tuple[str, Any], ...]:
     """Return ``(name, warp_type)`` for each field of a Warp struct type, in declaration (memory) order."""
     return tuple((name, var.type) for name, var in struct_type.vars.items())
 
 
-def struct_name(struct_type: Any) -> str:
+def struct_name(struct_type: _Struct) -> str:
     """A Warp struct type's short name: its class's qualified name (``Mesh``, ``Material[float64]``)."""
     return struct_type.cls.__qualname__
 
 
-def struct_ctype(struct_type: Any) -> type[ctypes.Structure]:
+def struct_ctype(struct_type: _Struct) -> type[ctypes.Structure]:
     """The ctypes layout Warp passes a struct type by value in (nested structs are inlined)."""
     return struct_type.ctype
 
 
-def struct_instance_type(value: Any) -> Any:
+def struct_instance_type(value: object) -> _Struct | None:
     """The Warp struct type of a struct instance, or None if ``value`` is not one."""
     if not wp.types.is_struct(value):
         return None
     return value._cls
 
 
-def struct_instance_ctype(value: Any) -> ctypes.Structure:
+def struct_instance_ctype(value: object) -> ctypes.Structure:
     """The ctypes struct a Warp struct instance passes to a kernel (shared with the instance, not a copy)."""
     return value.__ctype__()
 
@@ -91,13 +91,13 @@ def struct_instance_ctype(value: Any) -> ctypes.Structure:
 STRUCTURE_TYPES = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
 
 
-def is_structure(value: Any) -> bool:
+def is_structure(value: object) -> bool:
     """Whether ``value`` is a Warp structure a kernel takes by id (``wp.Mesh``, ``wp.Bvh``, ``wp.HashGrid``...)."""
     cls = type(value)
     return cls.__name__ in STRUCTURE_TYPES and (cls.__module__ or "").startswith("warp") and hasattr(value, "id")
 
 
-def is_structure_type(warp_type: Any) -> bool:
+def is_structure_type(warp_type: object) -> bool:
     """Whether an annotation is the class of a Warp structure jarp builds (``wp.Mesh``, ``wp.Bvh``...)."""
     return isinstance(warp_type, type) and any(warp_type is getattr(wp, n, None) for n in STRUCTURE_TYPES[:4])
 
