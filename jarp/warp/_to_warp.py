@@ -42,12 +42,12 @@ class _Hint:
     spec: Any
 
 
-def _dtype_phrase(dtype: Any) -> str:
+def _dtype_phrase(dtype: object) -> str:
     """Return a short name of a Warp dtype (or of any other object) for error messages."""
     return getattr(dtype, "__name__", None) or repr(dtype)
 
 
-def _parse_dim(value: object, index: int, dtype: tuple[Any, ...]) -> int | None:
+def _parse_dim(value: object, index: int, dtype: tuple[object, ...]) -> int | None:
     """Return a hint dimension: `None` for -1, else the positive int `value`.
 
     Raises:
@@ -70,7 +70,7 @@ def _parse_dim(value: object, index: int, dtype: tuple[Any, ...]) -> int | None:
     return dim
 
 
-def _parse_hint(dtype: Any) -> _Hint:
+def _parse_hint(dtype: type | tuple[int, object] | tuple[int, int, object] | None) -> _Hint:
     """Parse the `dtype` argument of `to_warp`.
 
     Raises:
@@ -107,7 +107,7 @@ def _parse_hint(dtype: Any) -> _Hint:
     raise TypeError(msg)
 
 
-def _apply_hint(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -> tuple[Any, Any]:
+def _apply_hint(hint: _Hint, shape: tuple[int, ...], scalar: type, source: str) -> tuple[Any, Any]:
     """Apply a dtype hint to the shape and Warp scalar type of a NumPy or JAX array.
 
     Args:
@@ -152,7 +152,7 @@ def _apply_hint(hint: _Hint, shape: tuple[int, ...], scalar: Any, source: str) -
     return matrix_type((trailing[0], trailing[1]), target_scalar), target_scalar
 
 
-def _check_device(kwargs: dict[str, Any], actual: Any, source: str, fix: str) -> None:
+def _check_device(kwargs: dict[str, Any], actual: wp.Device | None, source: str, fix: str) -> None:
     """Check the keyword arguments of a zero-copy conversion: only a matching `device` is accepted.
 
     Raises:
@@ -174,7 +174,13 @@ def _check_device(kwargs: dict[str, Any], actual: Any, source: str, fix: str) ->
 
 
 @functools.singledispatch
-def to_warp(arr: Any, dtype: Any = None, *, requires_grad: bool = False, **kwargs: Any) -> wp.array:
+def to_warp(
+    arr: object,
+    dtype: type | tuple[int, object] | tuple[int, int, object] | None = None,
+    *,
+    requires_grad: bool = False,
+    **kwargs: Any,
+) -> wp.array:
     """Convert a Warp, NumPy or JAX array into a `warp.array`.
 
     By source type:
@@ -263,7 +269,7 @@ def _reject_tracer(arr: object) -> None:
         raise TypeError(msg)
 
 
-def _dtype_fits(actual: Any, hint: _Hint) -> bool:
+def _dtype_fits(actual: type, hint: _Hint) -> bool:
     """Return whether the dtype of a Warp array fits a hint."""
     if hint.concrete is not None:
         return wp.types.types_equal(actual, hint.concrete)
@@ -280,7 +286,13 @@ def _dtype_fits(actual: Any, hint: _Hint) -> bool:
 
 
 @to_warp.register(wp.array)
-def _to_warp_warp(arr: wp.array, dtype: Any = None, *, requires_grad: bool = False, **kwargs: Any) -> wp.array:
+def _to_warp_warp(
+    arr: wp.array,
+    dtype: type | tuple[int, object] | tuple[int, int, object] | None = None,
+    *,
+    requires_grad: bool = False,
+    **kwargs: Any,
+) -> wp.array:
     """Return a Warp array as is once it is checked against `dtype`, `requires_grad` and `device`."""
     hint = _parse_hint(dtype)
     _check_device(kwargs, arr.device, "warp.array", "copy it first with arr.to(device)")
@@ -300,7 +312,7 @@ def _to_warp_warp(arr: wp.array, dtype: Any = None, *, requires_grad: bool = Fal
     return arr
 
 
-def _warp_scalar_of(dtype: Any, source: str) -> Any:
+def _warp_scalar_of(dtype: np.dtype, source: str) -> Any:
     """Return the Warp scalar type of a NumPy or JAX dtype.
 
     Raises:
@@ -317,7 +329,13 @@ def _warp_scalar_of(dtype: Any, source: str) -> Any:
 
 
 @to_warp.register(np.ndarray)
-def _to_warp_numpy(arr: np.ndarray, dtype: Any = None, *, requires_grad: bool = False, **kwargs: Any) -> wp.array:
+def _to_warp_numpy(
+    arr: np.ndarray,
+    dtype: type | tuple[int, object] | tuple[int, int, object] | None = None,
+    *,
+    requires_grad: bool = False,
+    **kwargs: Any,
+) -> wp.array:
     """Copy a NumPy array into a new Warp array, casting its scalar type if `dtype` asks for it."""
     if "shape" in kwargs:
         msg = "to_warp() takes no shape= for a numpy.ndarray: the shape follows arr and dtype; reshape arr instead"
@@ -333,7 +351,13 @@ def _to_warp_numpy(arr: np.ndarray, dtype: Any = None, *, requires_grad: bool = 
 
 
 @to_warp.register(jax.Array)
-def _to_warp_jax(arr: jax.Array, dtype: Any = None, *, requires_grad: bool = False, **kwargs: Any) -> wp.array:
+def _to_warp_jax(
+    arr: jax.Array,
+    dtype: type | tuple[int, object] | tuple[int, int, object] | None = None,
+    *,
+    requires_grad: bool = False,
+    **kwargs: Any,
+) -> wp.array:
     """View a JAX array as a Warp array through DLPack, casting its scalar type first if `dtype` asks for it."""
     _reject_tracer(arr)
     hint = _parse_hint(dtype)
