@@ -103,7 +103,7 @@ def invalid(message: str) -> NoReturn:
     raise ContentError("invalid", f"invalid jarp plan description: {message}.")
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -119,7 +119,7 @@ def no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def check_keys(value: Any, keys: Sequence[str], where: str) -> None:
+def check_keys(value: object, keys: Sequence[str], where: str) -> None:
     if not isinstance(value, dict):
         invalid(f"field '{where}' must be an object, got {show(value)}")
     if set(value) != set(keys):
@@ -128,13 +128,13 @@ def check_keys(value: Any, keys: Sequence[str], where: str) -> None:
         invalid(f"field '{where}' must have the keys {list(keys)} (missing {missing}, unknown {extra[:5]})")
 
 
-def read_bool(value: Any, where: str) -> bool:
+def read_bool(value: object, where: str) -> bool:
     if type(value) is not bool:
         invalid(f"field '{where}' must be a bool, got {show(value)}")
     return value
 
 
-def read_int(value: Any, where: str, lo: int, hi: int) -> int:
+def read_int(value: object, where: str, lo: int, hi: int) -> int:
     if type(value) is not int:
         invalid(f"field '{where}' must be an int, got {show(value)}")
     if not lo <= value <= hi:
@@ -142,7 +142,7 @@ def read_int(value: Any, where: str, lo: int, hi: int) -> int:
     return value
 
 
-def read_str(value: Any, where: str) -> str:
+def read_str(value: object, where: str) -> str:
     if type(value) is not str:
         invalid(f"field '{where}' must be a string, got {show(value)}")
     if len(value) > _MAX_STR:
@@ -150,13 +150,13 @@ def read_str(value: Any, where: str) -> str:
     return value
 
 
-def read_hash(value: Any, where: str) -> str:
+def read_hash(value: object, where: str) -> str:
     if type(value) is not str or not _HASH.fullmatch(value):
         invalid(f"field '{where}' must be 64 lowercase hex digits, got {show(value)}")
     return value
 
 
-def read_list(value: Any, where: str, max_len: int = _MAX_ITEMS) -> list[Any]:
+def read_list(value: object, where: str, max_len: int = _MAX_ITEMS) -> list[Any]:
     if type(value) is not list:
         invalid(f"field '{where}' must be a list, got {show(value)}")
     if len(value) > max_len:
@@ -164,18 +164,18 @@ def read_list(value: Any, where: str, max_len: int = _MAX_ITEMS) -> list[Any]:
     return value
 
 
-def read_ints(value: Any, where: str, lo: int, hi: int, max_len: int = _MAX_ITEMS) -> tuple[int, ...]:
+def read_ints(value: object, where: str, lo: int, hi: int, max_len: int = _MAX_ITEMS) -> tuple[int, ...]:
     return tuple(read_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(read_list(value, where, max_len)))
 
 
-def read_indices(value: Any, where: str, n: int, increasing: bool = False) -> tuple[int, ...]:
+def read_indices(value: object, where: str, n: int, increasing: bool = False) -> tuple[int, ...]:
     out = read_ints(value, where, 0, n - 1)
     if increasing and any(a >= b for a, b in itertools.pairwise(out)):
         invalid(f"field '{where}' must be strictly increasing, got {list(out)}")
     return out
 
 
-def read_buffers(value: Any, where: str) -> tuple[Buffer, ...]:
+def read_buffers(value: object, where: str) -> tuple[Buffer, ...]:
     out = []
     for i, item in enumerate(read_list(value, where)):
         here = f"{where}[{i}]"
@@ -190,7 +190,7 @@ def read_buffers(value: Any, where: str) -> tuple[Buffer, ...]:
     return tuple(out)
 
 
-def read_operand_batch(value: Any, n_ops: int, n_batch: int) -> tuple[tuple[bool, ...], ...]:
+def read_operand_batch(value: object, n_ops: int, n_batch: int) -> tuple[tuple[bool, ...], ...]:
     rows = read_list(value, "operand_batch")
     if len(rows) != n_ops:
         invalid(f"field 'operand_batch' must have one entry per operand ({n_ops}), got {len(rows)}")
@@ -205,7 +205,7 @@ def read_operand_batch(value: Any, n_ops: int, n_batch: int) -> tuple[tuple[bool
     return tuple(out)
 
 
-def read_aliases(value: Any, n_ops: int, n_res: int) -> tuple[tuple[int, int], ...]:
+def read_aliases(value: object, n_ops: int, n_res: int) -> tuple[tuple[int, int], ...]:
     out = []
     for i, pair in enumerate(read_list(value, "aliases")):
         pair = read_list(pair, f"aliases[{i}]")
@@ -229,7 +229,7 @@ def read_binding(value: Any, where: str) -> Binding:
     return Binding(source, index, _decode_value(value["value"], f"{where}.value", 0), fields)
 
 
-def _decode_value(value: Any, where: str, depth: int) -> Any:
+def _decode_value(value: object, where: str, depth: int) -> Any:
     if value is None or type(value) in (bool, int):
         if type(value) is int and not -(2**63) <= value < 2**64:
             invalid(f"field '{where}' {value} is outside the 64-bit integer range")
@@ -260,7 +260,7 @@ def _decode_value(value: Any, where: str, depth: int) -> Any:
     )
 
 
-def _fits(dtype: np.dtype, item: Any) -> bool:
+def _fits(dtype: np.dtype, item: object) -> bool:
     """Whether the Python value ``item`` is a value of the NumPy scalar type ``dtype`` (exactly, for floats)."""
     if dtype.kind == "b":
         return type(item) is bool
