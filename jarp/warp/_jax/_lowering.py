@@ -10,6 +10,7 @@ to what it is lowered into, so the plan stays registered while something can cal
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -25,7 +26,9 @@ from .._plan._values import Plan, Runs
 from .._upstream import _jax_internals, _warp_launches
 
 
-def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
+def lower(
+    ctx: mlir.LoweringRuleContext, *operands: mlir.ir.Value, plan: Plan, config: object
+) -> Sequence[mlir.ir.Value | Sequence[mlir.ir.Value]]:
     """Lower one ``jarp_warp_call`` to a custom call of jarp's FFI target (``config``: the primitive's `CallConfig`)."""
     del config
     platforms = getattr(ctx.module_context, "platforms", ())
@@ -39,7 +42,7 @@ def lower(ctx: Any, *operands: Any, plan: Plan, config: Any) -> Any:
     return _lower_call(ctx, operands, plan)
 
 
-def partitions(ctx: Any, plan: Plan) -> bool:
+def partitions(ctx: mlir.LoweringRuleContext, plan: Plan) -> bool:
     """Whether this call is lowered for XLA's batch partitioner (see `_lower_partitioned`).
 
     Only a batched call in a program that XLA partitions over several devices (``jax.jit`` with a
@@ -54,7 +57,9 @@ def partitions(ctx: Any, plan: Plan) -> bool:
     return _jax_internals.sharding_devices(ctx) > 1
 
 
-def _lower_partitioned(ctx: Any, operands: Any, plan: Plan) -> Any:
+def _lower_partitioned(
+    ctx: mlir.LoweringRuleContext, operands: Sequence[mlir.ir.Value], plan: Plan
+) -> Sequence[mlir.ir.Value]:
     """Lower a batched call so that XLA runs each device's part of the batch where it lives.
 
     The custom call is marked batch partitionable (``num_batch_dims``, read by the partitioner JAX registers
@@ -78,12 +83,14 @@ def _lower_partitioned(ctx: Any, operands: Any, plan: Plan) -> Any:
             keep = [d for d, has in enumerate(flags) if has]
             aval = ctx.avals_in[i]
 
-            def widen(x: Any, keep: list[int] = keep, shape: tuple[int, ...] = shape) -> Any:
+            def widen(x: jax.Array, keep: list[int] = keep, shape: tuple[int, ...] = shape) -> jax.Array:
                 dims = (*keep, *range(k, k + len(shape)))
                 return jax.lax.broadcast_in_dim(x, (*batch, *shape), dims)
 
             op = mlir.lower_fun(widen, multiple_results=False)(
-                ctx.replace(avals_in=[aval], avals_out=[jax.core.ShapedArray((*batch, *shape), aval.dtype)]), op
+                # a call's avals are ShapedArrays (JAX types them as AbstractValue)
+                ctx.replace(avals_in=[aval], avals_out=[jax.core.ShapedArray((*batch, *shape), aval.dtype)]),  # pyright: ignore[reportAttributeAccessIssue]
+                op,
             )[0]
         ops.append(op)
     lowered = dataclasses.replace(
@@ -106,30 +113,36 @@ def _lower_partitioned(ctx: Any, operands: Any, plan: Plan) -> Any:
     if jax.config.jax_use_shardy_partitioner:  # pyright: ignore[reportAttributeAccessIssue]  # JAX sets its options on Config at run time
         extra["sdy.sharding_rule"] = _sharding_rule(call_ctx, lowered)
     outs = _lower_call(call_ctx, ops, lowered, extra)
-    return [_reshape(ctx, out, src, dst) for out, src, dst in zip(outs, call_out, ctx.avals_out, strict=True)]
+    # one value per result (the FFI call's results are arrays, not tuples)
+    return [_reshape(ctx, out, src, dst) for out, src, dst in zip(outs, call_out, ctx.avals_out, strict=True)]  # pyright: ignore[reportArgumentType]
 
 
-def _reshape(ctx: Any, value: Any, src: Any, dst: Any) -> Any:
+def _reshape(
+    ctx: mlir.LoweringRuleContext, value: mlir.ir.Value, src: jax.core.ShapedArray, dst: jax.core.ShapedArray
+) -> mlir.ir.Value:
     return mlir.lower_fun(lambda x: jnp.reshape(x, dst.shape), multiple_results=False)(
         ctx.replace(avals_in=[src], avals_out=[dst]), value
     )[0]
 
 
-def _sharding_rule(ctx: Any, plan: Plan) -> Any:
+def _sharding_rule(ctx: mlir.LoweringRuleContext, plan: Plan) -> Any:
     """Shardy's rule for a partitioned call: the batch factors (and the unit dim) are shared, all else is each buffer's own."""
     batch = [f"b{d}" for d in range(len(plan.batch_shape) + 1)]
     counter = iter(range(1 << 30))
 
-    def mapping(aval: Any, batched: bool) -> list[str]:
+    def mapping(aval: jax.core.ShapedArray, batched: bool) -> list[str]:
         own = len(aval.shape) - (len(batch) if batched else 0)
         return (batch if batched else []) + [f"x{next(counter)}" for _ in range(own)]
 
-    operands = [mapping(a, all(f)) for a, f in zip(ctx.avals_in, plan.operand_batch, strict=True)]
+    # a call's avals are ShapedArrays (JAX types them as AbstractValue)
+    operands = [mapping(a, all(f)) for a, f in zip(ctx.avals_in, plan.operand_batch, strict=True)]  # pyright: ignore[reportArgumentType]
     results = [mapping(a, True) for a in ctx.avals_out]
     return _jax_internals.sdy_sharding_rule(ctx, operands, results)
 
 
-def _lower_call(ctx: Any, operands: Any, plan: Plan, extra: dict[str, Any] | None = None) -> Any:
+def _lower_call(
+    ctx: mlir.LoweringRuleContext, operands: Sequence[mlir.ir.Value], plan: Plan, extra: dict[str, Any] | None = None
+) -> Sequence[mlir.ir.Value | Sequence[mlir.ir.Value]]:
     target = _target.TARGET if plan.graph_compatible else _target.TARGET_NO_GRAPH
     rule = jax.ffi.ffi_lowering(
         target,
