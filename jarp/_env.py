@@ -118,7 +118,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _section(title: str, value: Any) -> list[str]:
+def _section(title: str, value: object) -> list[str]:
     if not isinstance(value, dict):
         return [f"{title}: {value}"]
     lines = [f"{title}:"]

@@ -18,7 +18,7 @@ def leaf_phrase(x: Any) -> str:
     return f"{type(x).__name__} {x!r}" if len(repr(x)) <= 60 else type(x).__name__
 
 
-def same_object(a: Any, b: Any) -> bool:
+def same_object(a: object, b: object) -> bool:
     """Whether two non-array leaves are interchangeable (identical or equal)."""
     if a is b:
         return True

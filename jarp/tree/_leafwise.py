@@ -159,7 +159,7 @@ def tree_scatter_set(
             f"{sorted(ScatterArgs.__optional_keys__)} (see `jax.numpy.ndarray.at`)."
         )
 
-    def scatter(path: Any, leaf: Any, val: Any) -> Any:
+    def scatter(path: object, leaf: object, val: object) -> Any:
         del path
         return jnp.asarray(leaf).at[idxs].set(val, **kwargs)
 

@@ -49,12 +49,12 @@ class SupportsTreeMatch(Protocol):
         ```
     """
 
-    def __tree_match__(self, *others: Any) -> tuple[Any, ...]:
+    def __tree_match__(self, *others: object) -> tuple[Any, ...]:
         """Return `(aligned_self, *aligned_others)`, one node per input tree."""
         ...
 
 
-def _is_match_node(x: Any) -> bool:
+def _is_match_node(x: object) -> bool:
     # A class that defines `__tree_match__` satisfies the protocol check as well, but only its
     # instances are nodes to align.
     return isinstance(x, SupportsTreeMatch) and not isinstance(x, type)
@@ -63,7 +63,7 @@ def _is_match_node(x: Any) -> bool:
 def tree_map(
     fn: Callable[..., Any],
     tree: _T,
-    *trees: Any,
+    *trees: object,
     is_leaf: Callable[[Any], bool] | None = None,
 ) -> _T:
     """Map `fn` over the leaves of one or more pytrees, aligning `SupportsTreeMatch` nodes first.
@@ -101,7 +101,7 @@ def tree_map(
         See [`jarp.tree.SupportsTreeMatch`][] for an example with nodes that align themselves.
     """
 
-    def is_leaf_or_match(x: Any) -> bool:
+    def is_leaf_or_match(x: object) -> bool:
         return _is_match_node(x) or (is_leaf is not None and is_leaf(x))
 
     def visit(node: Any, *others: Any) -> Any:

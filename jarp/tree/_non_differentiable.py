@@ -10,7 +10,7 @@ _T = TypeVar("_T")
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _identity(x: Any, message: str) -> Any:
+def _identity(x: object, message: str) -> Any:
     return x
 
 

@@ -112,16 +112,16 @@ def _sequential_custom_vjp(call: Callable[[Any], _R]) -> Callable[[Any], _R]:
     batched = jax.custom_batching.sequential_vmap(call)
 
     @jax.custom_vjp
-    def run(dynamic: Any) -> _R:
+    def run(dynamic: object) -> _R:
         return batched(dynamic)
 
-    def run_fwd(dynamic: Any) -> tuple[_R, Any]:
+    def run_fwd(dynamic: object) -> tuple[_R, Any]:
         # Under higher-order differentiation this forward pass is itself differentiated, which only
         # `run`'s custom VJP knows how to do (the batching rule has no transpose), so go through it.
         return run(dynamic), dynamic
 
-    def run_bwd(dynamic: Any, cotangent: Any) -> tuple[Any]:
-        def pullback(dynamic: Any, cotangent: Any) -> Any:
+    def run_bwd(dynamic: object, cotangent: object) -> tuple[Any]:
+        def pullback(dynamic: object, cotangent: object) -> Any:
             _, vjp_fn = jax.vjp(call, dynamic)
             (grad,) = vjp_fn(cotangent)
             return grad

@@ -7,7 +7,7 @@ import jax
 import jax.tree_util as jtu
 
 
-def tree_structure(x: Any, is_leaf: Callable[[Any], bool] | None = None) -> jtu.PyTreeDef:  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs: its types are unknown
+def tree_structure(x: object, is_leaf: Callable[[Any], bool] | None = None) -> jtu.PyTreeDef:  # pyright: ignore[reportInvalidTypeForm]  # jaxlib ships no stubs: its types are unknown
     """Return the pytree structure (treedef) of `x`.
 
     Equivalent to `jax.tree.structure`; kept so code written against kups' name keeps working.

@@ -21,7 +21,7 @@ class NotJaxCompatibleError(TypeError):
     """
 
 
-def is_traced(x: Any) -> bool:
+def is_traced(x: object) -> bool:
     """Whether `x`, or any leaf of the pytree `x`, is a JAX tracer.
 
     Inside `jit`, `vmap`, `grad` and the other transformations, the arguments of the transformed

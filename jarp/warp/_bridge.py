@@ -130,7 +130,7 @@ ENTRY_POINTS: dict[str, _EntryPoint] = {
 _MARK = "__jarp_bridge_adapter__"  # set on the adapters: the name of the entry point
 
 
-def _is_default(value: Any, default: Any) -> bool:
+def _is_default(value: object, default: object) -> bool:
     if value is default:
         return True
     try:
@@ -166,7 +166,7 @@ def _make_adapter(entry: _EntryPoint, original: Callable[..., Any]) -> Callable[
     signature = inspect.signature(original)
 
     @functools.wraps(original)  # Warp's name and signature (``__wrapped__``), for introspection
-    def adapter(*args: Any, **kwargs: Any) -> Any:
+    def adapter(*args: object, **kwargs: object) -> Any:
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -183,7 +183,7 @@ def _make_adapter(entry: _EntryPoint, original: Callable[..., Any]) -> Callable[
     return adapter
 
 
-def is_adapter(value: Any) -> bool:
+def is_adapter(value: object) -> bool:
     """Whether ``value`` is one of the functions `patch_warp` installs in place of Warp's."""
     return isinstance(getattr(value, _MARK, None), str)
 

@@ -251,7 +251,7 @@ def structure_callable(func: Callable[..., Any], **options: Any) -> JaxCallable:
     return JaxCallable(func=func, graph_mode=wp.JaxCallableGraphMode.NONE, vmap_method="sequential", **options)
 
 
-def _label(target: Any) -> str | None:
+def _label(target: object) -> str | None:
     """The name of the module the user called, for the launcher of a call given Warp structures (`_geometry`)."""
     label = getattr(target, "jarp_label", None)
     return label if isinstance(label, str) else None

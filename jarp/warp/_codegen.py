@@ -25,7 +25,7 @@ from ._plan._values import Runs
 from ._upstream import _warp_builds, _warp_kernels
 
 
-def _warp_module(obj: Any, what: str) -> wp.Module:
+def _warp_module(obj: object, what: str) -> wp.Module:
     """The Warp module behind a `JaxKernel`, a ``wp.Kernel``, a ``wp.Module`` or a Python module."""
     if isinstance(obj, JaxKernel):
         obj = obj.kernel
@@ -57,7 +57,7 @@ def _warp_module(obj: Any, what: str) -> wp.Module:
     return module
 
 
-def _block_dim_of(obj: Any, block_dim: int | None, what: str) -> int | None:
+def _block_dim_of(obj: object, block_dim: int | None, what: str) -> int | None:
     """The requested block dim: ``block_dim`` if given, else a `JaxKernel`'s own, else Warp's default (None)."""
     if block_dim is not None:
         return _launch_checks.check_block_dim(block_dim, what)
@@ -65,7 +65,7 @@ def _block_dim_of(obj: Any, block_dim: int | None, what: str) -> int | None:
 
 
 def kernel_source(
-    kernel_or_module: Any,
+    kernel_or_module: object,
     device: Literal["cpu", "cuda"] = "cpu",
     *,
     arch: int | None = None,
@@ -139,7 +139,7 @@ def _archs(arch: int | Iterable[int], what: str) -> tuple[int, ...]:
 
 
 def compile_aot(
-    kernel_or_module: Any,
+    kernel_or_module: object,
     arch: int | Iterable[int] = (80, 90),
     module_dir: str | os.PathLike[str] | None = None,
     *,

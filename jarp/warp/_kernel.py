@@ -40,11 +40,11 @@ from ._upstream import _warp_codegen, _warp_kernels
 _WHAT = "jax_kernel()"
 
 
-def _optional_dims(value: Any) -> tuple[int, ...] | None:
+def _optional_dims(value: object) -> tuple[int, ...] | None:
     return None if value is None else _launch_checks.normalize_launch_dims(value, f"{_WHAT}: launch_dims")
 
 
-def _block_dim(value: Any) -> int | None:
+def _block_dim(value: object) -> int | None:
     return _launch_checks.check_block_dim(value, _WHAT)
 
 

@@ -30,7 +30,7 @@ class _GenericStructMeta(type):
     _jarp_cache: dict[Any, Any]
     _jarp_fields: dict[Any, tuple[str, ...]]
 
-    def __getitem__(cls, dtype: Any) -> Any:
+    def __getitem__(cls, dtype: object) -> Any:
         """Return the Warp struct specialised for the Warp scalar type `dtype`, building it on first use."""
         if not any(dtype is t for t in _types._SCALAR_TYPES):
             msg = f"{cls.__qualname__}[...] takes a Warp scalar dtype ({_scalar_names()}), got {dtype!r}"
@@ -73,7 +73,7 @@ class _GenericStructMeta(type):
         cls._jarp_fields[dtype] = tuple(annotations)
         return result
 
-    def __call__(cls, *args: Any, **fields: Any) -> Any:
+    def __call__(cls, *args: object, **fields: object) -> Any:
         """Instantiate `cls[jarp.warp.types.floating]`, setting the given fields."""
         dtype = _types.floating
         if args:
@@ -96,7 +96,7 @@ class _GenericStructMeta(type):
             setattr(instance, key, value)
         return instance
 
-    def __instancecheck__(cls, instance: Any) -> bool:
+    def __instancecheck__(cls, instance: object) -> bool:
         """Return whether `instance` is an instance of one of the specialisations of `cls`."""
         return isinstance(instance, cls._jarp_template)
 

@@ -179,7 +179,7 @@ def to_warp(
     dtype: type | tuple[int, object] | tuple[int, int, object] | None = None,
     *,
     requires_grad: bool = False,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> wp.array:
     """Convert a Warp, NumPy or JAX array into a `warp.array`.
 

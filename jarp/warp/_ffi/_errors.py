@@ -151,7 +151,7 @@ def _traceback_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
 
 
-def call_reraising(func: Callable[..., T], *args: Any) -> T:
+def call_reraising(func: Callable[..., T], *args: object) -> T:
     """``func(*args)``; an exception raised inside one of its FFI calls is raised again as it was raised.
 
     For calls that run synchronously (eager calls outside a user's ``jax.jit``): the ``JaxRuntimeError`` (or

@@ -175,7 +175,7 @@ class _Registry:
             for lease_id in lease_ids:
                 self._state_leases.pop(lease_id, None)
 
-    def add_source(self, source: Any) -> None:
+    def add_source(self, source: object) -> None:
         """Poll ``source()`` (the lease ids of deleted states) at every safe point."""
         self._sources.append(source)
 
@@ -252,7 +252,7 @@ class _Registry:
             for hook in self._hooks:
                 hook(released)
 
-    def on_release(self, hook: Any) -> None:
+    def on_release(self, hook: object) -> None:
         """Call ``hook(handles)`` with the handles each release drops (to drop what was built for them)."""
         self._hooks.append(hook)
 

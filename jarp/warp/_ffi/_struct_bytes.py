@@ -120,14 +120,14 @@ def _write_arrays(raw: bytearray, layout: StructLayout, array_shapes: Sequence[S
         raw[leaf.offset : leaf.offset + _ARRAY_T_SIZE] = bytes(arr)
 
 
-def _parent(inst: Any, leaf: StructLeaf) -> tuple[Any, str]:
+def _parent(inst: object, leaf: StructLeaf) -> tuple[Any, str]:
     """The (nested) struct instance holding ``leaf``, and the leaf's field name in it."""
     for field in leaf.path[1:-1]:
         inst = getattr(inst, field)
     return inst, leaf.path[-1]
 
 
-def _warp_value(leaf: StructLeaf, value: Any) -> Any:
+def _warp_value(leaf: StructLeaf, value: object) -> Any:
     """A normalised value as Warp's struct setter takes it (Warp converts half types to bits)."""
     if not leaf.value_shape:
         return value

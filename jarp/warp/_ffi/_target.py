@@ -119,7 +119,7 @@ def _never_raises(entry: Callable[..., int | None]) -> Callable[..., int | None]
     an ``XLA_FFI_Error*``; the entries catch their own errors, and this is the last line for the rest.
     """
 
-    def guarded(frame: int, *args: Any) -> int | None:
+    def guarded(frame: int, *args: object) -> int | None:
         try:
             return entry(frame, *args)
         except BaseException:

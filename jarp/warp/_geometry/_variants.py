@@ -87,7 +87,7 @@ class _Rewrite(ast.NodeTransformer):
         self.names: dict[str, Any] = {}  # the names the rewritten code refers to: replacements and copies
         self.aliases: dict[int, str] = {}
 
-    def _name(self, obj: Any, hint: str, like: ast.AST) -> ast.Name:
+    def _name(self, obj: object, hint: str, like: ast.AST) -> ast.Name:
         alias = self.aliases.get(id(obj))
         if alias is None:
             # a name no user code binds (a double underscore and jarp's tag), unique in this function's code
@@ -111,7 +111,7 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
 
-def _rewrite(func: Any, source: str) -> tuple[str, dict[str, Any]]:
+def _rewrite(func: object, source: str) -> tuple[str, dict[str, Any]]:
     """``source`` (a kernel's or a ``@wp.func``'s, whose Python function is ``func``) rewritten, without its
     decorators, and the names the rewritten code refers to (none where nothing changed)."""
     tree = _python_ast.parse(source, dedent=True)

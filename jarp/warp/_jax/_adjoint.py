@@ -118,7 +118,7 @@ def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
 
 # symbolic_zeros: the forward rule learns which operands JAX differentiates (`adjoint_plan`'s ``perturbed``).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _differentiable(plan: Plan, config: CallConfig, *operands: Any) -> tuple[jax.Array, ...]:
+def _differentiable(plan: Plan, config: CallConfig, *operands: object) -> tuple[jax.Array, ...]:
     return bind(plan, config, operands)
 
 
@@ -149,7 +149,7 @@ def _bwd(plan: Plan, config: CallConfig, residuals: Any, cts: Any) -> Any:
     )
 
 
-def _match_sharding(ct: jax.Array, primal: Any) -> jax.Array:
+def _match_sharding(ct: jax.Array, primal: object) -> jax.Array:
     """With an explicit mesh, a cotangent resharded to its primal's sharding, which is part of its type.
 
     A batched adjoint call is partitioned along its batch dims only (`_lowering.partitions`): its results are
@@ -166,11 +166,11 @@ def _match_sharding(ct: jax.Array, primal: Any) -> jax.Array:
     return jax.sharding.reshard(ct, want)
 
 
-def _varying(x: Any) -> frozenset[Any]:
+def _varying(x: object) -> frozenset[Any]:
     return frozenset(getattr(getattr(jax.typeof(x), "mat", None), "varying", frozenset()))
 
 
-def _reduce_varying(ct: jax.Array, primal: Any) -> jax.Array:
+def _reduce_varying(ct: jax.Array, primal: object) -> jax.Array:
     """Inside ``shard_map``, sum a cotangent over the mesh axes along which its primal is replicated.
 
     The adjoint launch varies over every axis any of its operands varies over; an input that was

@@ -104,7 +104,7 @@ def _batch_spec(plan: Plan, operands: Sequence[Any]) -> Any:
 
 
 def _result_aval(
-    shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any], sharding: Any = None
+    shape: tuple[int, ...], dtype: np.dtype, operands: Sequence[Any], sharding: object = None
 ) -> jax.core.ShapedArray:
     # Inside shard_map, a result varies over the manual mesh axes its operands vary over. Without
     # this JAX would take the result as invariant, insert an implicit cast, and transpose that
@@ -127,7 +127,7 @@ def _compiled(plan: Plan, config: CallConfig) -> Any:
     return jax.jit(lambda *ops: warp_call_p.bind(*ops, plan=plan, config=config))
 
 
-def _impl(*operands: Any, plan: Plan, config: CallConfig) -> Any:
+def _impl(*operands: object, plan: Plan, config: CallConfig) -> Any:
     # Eager calls go through one cached executable per plan instead of re-lowering; an exception raised
     # inside the call (outside jit: under vmap, grad) is raised as it was.
     return _errors.call_reraising(_compiled(plan, config), *operands)
@@ -176,7 +176,7 @@ def forward_mode_error(plan: Plan, reverse: bool = False) -> ForwardModeError:
     )
 
 
-def _not_differentiable(primals: Any, tangents: Any, *, plan: Plan, config: CallConfig) -> Any:
+def _not_differentiable(primals: object, tangents: object, *, plan: Plan, config: CallConfig) -> Any:
     # Reached by forward mode, and by reverse mode without enable_backward (JAX linearizes through the JVP rule).
     raise forward_mode_error(plan, reverse=config.reverse)
 

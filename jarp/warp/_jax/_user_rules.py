@@ -31,7 +31,7 @@ from .._plan import _dtypes
 from ._linear import linear_call
 
 
-def _as_tuple(out: Any) -> tuple[Any, ...]:
+def _as_tuple(out: object) -> tuple[Any, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -73,7 +73,7 @@ def call_with_rules(
         values = iter(diff_values)
         return eqx.combine([next(values) if flag else None for flag in flags], static)
 
-    def f(*diff_values: Any) -> tuple[jax.Array, ...]:
+    def f(*diff_values: object) -> tuple[jax.Array, ...]:
         return tuple(primal(*merge(diff_values)))
 
     diff_args = [args[i] for i in diff]
@@ -81,7 +81,7 @@ def call_with_rules(
         assert vjp is not None
         g = jax.custom_vjp(f)
 
-        def fwd(*diff_values: Any) -> Any:
+        def fwd(*diff_values: object) -> Any:
             return f(*diff_values), diff_values
 
         def bwd(res: Any, cts: Any) -> Any:

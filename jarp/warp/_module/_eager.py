@@ -174,7 +174,7 @@ def _witness(module: _Module) -> tuple[weakref.ref[Any], ...] | None:
         return None
 
 
-def _weak_impl(box: list[weakref.ref[_Module]], *args: Any) -> tuple[jax.Array, ...]:
+def _weak_impl(box: list[weakref.ref[_Module]], *args: object) -> tuple[jax.Array, ...]:
     # A live module among those sharing this function (all equal): the caller re-pointed the
     # box to itself if the module it held was collected.
     return _eager_impl(box[0](), *args)  # pyright: ignore[reportArgumentType]  # alive: see above

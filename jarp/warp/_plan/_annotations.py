@@ -40,7 +40,7 @@ _factory_scopes: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, Any]] =
 _scopes_lock = _locks.make("annotation_scopes")
 
 
-def _name(func: Any) -> str:
+def _name(func: object) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
 
@@ -53,7 +53,7 @@ def _factory_scope(func: Any) -> dict[str, Any]:
             return {}
 
 
-def _closure_vars(func: Any) -> dict[str, Any]:
+def _closure_vars(func: object) -> dict[str, Any]:
     """The function's closure variables by name, skipping cells not yet filled."""
     code, closure = getattr(func, "__code__", None), getattr(func, "__closure__", None)
     if code is None or closure is None:
@@ -65,7 +65,7 @@ def _closure_vars(func: Any) -> dict[str, Any]:
     return out
 
 
-def call_factory(factory: Callable[..., Any], *args: Any) -> Any:
+def call_factory(factory: Callable[..., Any], *args: object) -> Any:
     """Call a `jax_callable(generic=True)` factory, recording the locals of the scope that defined its result.
 
     While the factory runs, a profile hook (on this thread only) watches functions
@@ -86,7 +86,7 @@ def call_factory(factory: Callable[..., Any], *args: Any) -> Any:
         return factory(*args)
     defined: list[tuple[Any, dict[str, Any]]] = []  # (function, locals of the frame that defined and returned it)
 
-    def hook(frame: FrameType, event: str, arg: Any) -> None:
+    def hook(frame: FrameType, event: str, arg: object) -> None:
         if event == "return":
             code = getattr(arg, "__code__", None)
             if code is not None and any(c is code for c in frame.f_code.co_consts):
@@ -107,7 +107,7 @@ def call_factory(factory: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-def _resolve(func: Any, param: str, annotation: str, namespace: Mapping[str, Any], what: str) -> Any:
+def _resolve(func: object, param: str, annotation: str, namespace: Mapping[str, Any], what: str) -> Any:
     """Evaluate one string annotation, turning any failure into a `TypeError` that says where and why."""
     try:
         return eval(annotation, getattr(func, "__globals__", {}), dict(namespace))

@@ -28,7 +28,7 @@ LONG_DOUBLE_HINT = (
 )
 
 
-def structure_hint(value: Any) -> str | None:
+def structure_hint(value: object) -> str | None:
     """What to pass instead of a Warp structure object (``wp.Mesh``...) given where a kernel takes its id, or None.
 
     Args:
@@ -109,7 +109,7 @@ def check_array_value(spec: ArgSpec, value: Any, what: str, label: str = "argume
     return value if isinstance(value, jax.Array) else jnp.asarray(value)
 
 
-def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: Any, what: str) -> jax.Array:
+def check_struct_array(leaf: StructLeaf, spec: ArgSpec, value: object, what: str) -> jax.Array:
     """Check the array given for a struct's array field: a JAX or NumPy array, or a ``wp.array`` of the field's
     dtype and dims (converted with ``wp.to_jax``)."""
     name = leaf.name
@@ -223,7 +223,7 @@ def _composite_to_nested(value: Any) -> list[Any]:
     return [[getattr(value[i, j], "value", value[i, j]) for j in range(shape[1])] for i in range(shape[0])]
 
 
-def _to_tuple(x: Any) -> Any:
+def _to_tuple(x: object) -> Any:
     return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
 
 
@@ -231,7 +231,7 @@ def _to_tuple(x: Any) -> Any:
 REPR_LIMIT = 60
 
 
-def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters (a summary for arrays, see `kind_of`)."""
     if isinstance(value, np.ndarray) and value.size <= 16:  # a value field's vector or matrix: its numbers
         value = value.tolist()
@@ -244,7 +244,7 @@ def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def kind_of(value: Any) -> str:
+def kind_of(value: object) -> str:
     """A short description of a value for messages: shape and dtype for arrays, a cut repr for numbers and strings,
     the type's name for anything else (never an array's contents)."""
     if isinstance(value, jax.core.Tracer):

@@ -124,7 +124,7 @@ _KIND_ADVICE = {
 }
 
 
-def array_kind_error(subject: str, warp_type: Any) -> TypeError | None:
+def array_kind_error(subject: str, warp_type: object) -> TypeError | None:
     """The error for an array annotation of a kind jarp does not pass; None for a plain ``wp.array``.
 
     Each of Warp's array classes is a different kernel argument (``wp.indexedarray`` is an
@@ -147,7 +147,7 @@ def array_kind_error(subject: str, warp_type: Any) -> TypeError | None:
     )
 
 
-def _unsupported_advice(warp_type: Any) -> str:
+def _unsupported_advice(warp_type: object) -> str:
     """What to do instead of a parameter type jarp does not pass (for the message of `arg_spec`)."""
     name = getattr(warp_type, "__name__", "")
     if name.startswith(("Texture", "texture")):

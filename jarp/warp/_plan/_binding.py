@@ -61,7 +61,7 @@ def warp_dtypes(args: Sequence[Any], names: Sequence[str] = ()) -> tuple[Any, ..
     return tuple(_argument_dtype(i, a, names[i] if i < len(names) else None) for i, a in enumerate(args))
 
 
-def _argument_dtype(i: int, a: Any, name: str | None) -> Any:
+def _argument_dtype(i: int, a: object, name: str | None) -> Any:
     leaves: list[_DtypeLeaf] = []
     _collect_dtype_leaves(a, "", 0, set(), leaves)
     floating = [x for x in leaves if x.is_array and jnp.issubdtype(x.dtype, jnp.inexact)]
@@ -92,7 +92,7 @@ _MAX_DEPTH = 16
 _MAX_LEAVES = 4096
 
 
-def _leaf_dtype(value: Any) -> tuple[np.dtype, bool] | None:
+def _leaf_dtype(value: object) -> tuple[np.dtype, bool] | None:
     """The dtype of an array or number and whether it is an array; None for anything else.
 
     Checked before any attribute walk: a concrete ``jax.Array`` has an (empty) ``__dict__`` and a
@@ -109,7 +109,7 @@ def _leaf_dtype(value: Any) -> tuple[np.dtype, bool] | None:
     return None
 
 
-def _collect_dtype_leaves(value: Any, path: str, depth: int, active: set[int], out: list[_DtypeLeaf]) -> None:
+def _collect_dtype_leaves(value: object, path: str, depth: int, active: set[int], out: list[_DtypeLeaf]) -> None:
     if len(out) >= _MAX_LEAVES:
         return
     try:
@@ -141,7 +141,7 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 _NOT_STRUCT_LIKE = (jax.Array, np.ndarray, np.generic, wp.array, bool, int, float, complex, str, bytes, ctypes.Array)
 
 
-def struct_like_fields(value: Any) -> list[tuple[str, Any]] | None:
+def struct_like_fields(value: object) -> list[tuple[str, Any]] | None:
     """The ``(name, value)`` fields of a struct-like value, in field order; None for a value that is not one.
 
     A ``Mapping`` gives its items, a Warp struct instance its struct's fields, a tuple or list its
@@ -271,7 +271,7 @@ def _runtime_scalar(spec: ArgSpec, value: jax.Array, what: str) -> jax.Array:
     return jnp.reshape(value, (1, *shape))
 
 
-def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
+def _check_array(spec: ArgSpec, value: object, what: str) -> jax.Array:
     if not isinstance(value, (jax.Array, np.ndarray)):
         if isinstance(value, (int, float, bool, list, tuple)):
             value = np.asarray(value)
@@ -283,7 +283,7 @@ def _check_array(spec: ArgSpec, value: Any, what: str) -> jax.Array:
     return check_array_value(spec, value, what)
 
 
-def _check_scalar(spec: ArgSpec, value: Any, what: str) -> Any:
+def _check_scalar(spec: ArgSpec, value: object, what: str) -> Any:
     if isinstance(value, jax.core.Tracer):
         raise TypeError(
             f"{what}: scalar argument {spec.name!r} got a traced value ({value.aval.str_short()}); scalar "
@@ -347,7 +347,7 @@ class FlatStruct(NamedTuple):
     runtime: tuple[tuple[StructLeaf, jax.Array], ...] = ()
 
 
-def flatten_struct_value(layout: StructLayout, value: Any, what: str = "jarp", runtime: bool = False) -> FlatStruct:
+def flatten_struct_value(layout: StructLayout, value: object, what: str = "jarp", runtime: bool = False) -> FlatStruct:
     """Check a JAX-side struct argument against its layout and split it into array and value leaves.
 
     A struct is given as a ``dict`` keyed by field name, or any object carrying the

@@ -51,7 +51,7 @@ def _input_dims(bound: BoundCall, ndim: int) -> tuple[int, ...] | None:
     return next((shape for shape in _array_shapes(bound)[0] if len(shape) == ndim), None)
 
 
-def launch_dims(requested: Any, bound: BoundCall, what: str) -> tuple[int, ...]:
+def launch_dims(requested: object, bound: BoundCall, what: str) -> tuple[int, ...]:
     """The launch dims: ``requested`` if given, else the first array input's Warp shape.
 
     Args:

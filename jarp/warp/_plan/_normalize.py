@@ -78,7 +78,7 @@ FOLD_METHODS = ("broadcast_all", "expand_dims")
 VMAP_METHODS = ("sequential", *FOLD_METHODS, None)
 
 
-def check_vmap_method(value: Any, what: str) -> str | None:
+def check_vmap_method(value: object, what: str) -> str | None:
     if value not in VMAP_METHODS:
         raise ValueError(
             f"{what}: unknown vmap_method {value!r}; use 'sequential' (default, correct for any kernel), "

@@ -30,7 +30,7 @@ def preload(kernel: Any, mode: Any, block_dim: int | None = None) -> None:
         loaded[key] = True
 
 
-def preload_devices(mode: Any) -> list[Any]:
+def preload_devices(mode: object) -> list[Any]:
     """The Warp devices a preload in ``mode`` loads on, as Warp's bridge chooses them.
 
     ``CURRENT_DEVICE``: JAX's current device (``jax.default_device``'s, else the first local device), so

@@ -12,7 +12,7 @@ from ._struct_layout import struct_layout
 
 
 def param_spec(
-    name: str, warp_type: Any, *, in_out: bool = False, what: str = "kernel", structures: bool = False
+    name: str, warp_type: object, *, in_out: bool = False, what: str = "kernel", structures: bool = False
 ) -> ArgSpec:
     """Build the `ArgSpec` of a parameter from its Warp annotation: an array, a scalar or a ``wp.struct``.
 

@@ -28,7 +28,7 @@ _pack_double = struct.Struct("<d").pack
 _NAN_BITS = _pack_double(_NAN)
 
 
-def static_key(value: Any) -> Hashable:
+def static_key(value: object) -> Hashable:
     """Return a hashable key of ``value`` that is equal exactly when two values mean the same to a kernel.
 
     Floats compare by their IEEE-754 bits (so ``-0.0`` and ``0.0`` differ) with every NaN
@@ -61,7 +61,7 @@ def _float_bits(value: float) -> bytes:
     return _NAN_BITS if math.isnan(value) else _pack_double(value)
 
 
-def canonical(value: Any) -> Any:
+def canonical(value: object) -> Any:
     """Return ``value`` with every float NaN in it (nested tuples included) replaced by the canonical NaN.
 
     Other values are returned unchanged (the same object when nothing was replaced).

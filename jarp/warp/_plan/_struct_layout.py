@@ -219,13 +219,13 @@ def _array_spec(name: str, warp_type: Any) -> ArgSpec:
     return arg_spec(name, warp_type, what="struct")
 
 
-def passed_by_value(warp_type: Any) -> bool:
+def passed_by_value(warp_type: object) -> bool:
     """A parameter type passed by value, holding no array: Python's ``int``, ``float``, ``bool`` or a Warp value type
     (`is_value_type`)."""
     return warp_type in (int, float, bool) or is_value_type(warp_type)
 
 
-def is_value_type(warp_type: Any) -> bool:
+def is_value_type(warp_type: object) -> bool:
     """A Warp scalar, vector, matrix, quaternion or transform type (a struct field of one is a value leaf)."""
     if warp_type is wp.bool:
         return True
@@ -234,6 +234,6 @@ def is_value_type(warp_type: Any) -> bool:
     )
 
 
-def is_warp_scalar(t: Any) -> bool:
+def is_warp_scalar(t: object) -> bool:
     """Whether ``t`` is one of Warp's scalar classes (``wp.float32``, ``wp.bool``...; not Python's)."""
     return t is wp.bool or (isinstance(t, type) and t not in (int, float) and wp.types.type_is_scalar(t))

@@ -39,7 +39,7 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def cache_for(obj: Any, name: str) -> dict[Hashable, Any]:
+def cache_for(obj: object, name: str) -> dict[Hashable, Any]:
     """The cache dict ``name`` that lives as long as ``obj`` (a kernel, function or other object).
 
     Args:
@@ -88,7 +88,7 @@ class _WeakCaches:
 _cache_table.register(_WeakCaches, "jarp.warp weak caches (per kernel and function)")
 
 
-def _strong(name: str, obj: Any) -> dict[Hashable, Any]:
+def _strong(name: str, obj: object) -> dict[Hashable, Any]:
     key = (name, type(obj), obj)
     try:
         hash(key)
@@ -128,7 +128,7 @@ def weak_cache(fn: Callable[_P, _R] | None = None, *, lock: Callable[[], Any] | 
     name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)
-    def wrapper(obj: Any, *args: Any) -> Any:
+    def wrapper(obj: object, *args: object) -> Any:
         cache = cache_for(obj, name)
         key = (*args, *(type(a) for a in args))
         try:

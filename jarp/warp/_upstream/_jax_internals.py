@@ -30,14 +30,14 @@ def register_effect(effect_type: type[Any]) -> None:
     _effects.remat_allowed_effects.add_type(effect_type)
 
 
-def varying_aval(shape: tuple[int, ...], dtype: Any, varying: frozenset[Any]) -> jax.core.ShapedArray:
+def varying_aval(shape: tuple[int, ...], dtype: object, varying: frozenset[Any]) -> jax.core.ShapedArray:
     """An abstract value that varies over the manual mesh axes ``varying`` (inside ``shard_map``)."""
     mat = _core.ManualAxisType(varying=varying, unreduced=frozenset(), reduced=frozenset())
     sharding = jax.sharding.NamedSharding(_mesh.get_abstract_mesh(), jax.sharding.PartitionSpec())
     return jax.core.ShapedArray(shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
-def clear_with_jax(cache: Any, name: str) -> None:
+def clear_with_jax(cache: object, name: str) -> None:
     """Have ``jax.clear_caches()`` call ``cache.cache_clear()`` too (JAX holds ``cache`` weakly: keep it alive)."""
     _util.register_cache(cache, name)
 
@@ -131,7 +131,7 @@ def check_internals() -> None:
     )
 
     @jax.custom_vjp
-    def f(x: Any) -> Any:
+    def f(x: object) -> Any:
         return x
 
     f.defvjp(lambda x: (x, None), lambda _, g: (g,))

@@ -136,7 +136,7 @@ def loaded_build(kernel: wp.Kernel, entry: _warp_launches.EntryPoints) -> tuple[
         return _build_source(module, module_exec, options, current), _cpu_build_options(options)
 
 
-def _build_source(module: wp.Module, module_exec: Any, options: dict[str, Any], current: bool) -> str:
+def _build_source(module: wp.Module, module_exec: object, options: dict[str, Any], current: bool) -> str:
     """The C++ source Warp compiled ``module_exec`` from.
 
     Warp writes it next to the binary in its kernel cache (``wp_<module>_<hash7>.cpp`` beside

@@ -114,7 +114,7 @@ def codegen_record(kernel: wp.Kernel, block_dim: int | None = None) -> CodegenRe
     return _generate(kernel, block_dim)
 
 
-def _is_value_type(warp_type: Any) -> bool:
+def _is_value_type(warp_type: object) -> bool:
     if warp_type in (int, float, bool):
         return True
     return isinstance(warp_type, type) and (wp.types.type_is_scalar(warp_type) or wp.types.type_is_composite(warp_type))
@@ -205,18 +205,18 @@ def _generate(kernel: wp.Kernel, block_dim: int | None) -> CodegenRecord:
             wp.config.log_level = level
 
 
-def _generated_function(key: str, name: str, adj: Any, opaque: bool) -> GeneratedFunction:
+def _generated_function(key: str, name: str, adj: object, opaque: bool) -> GeneratedFunction:
     return GeneratedFunction(key, name, _params(adj), *_forward_lines(adj), opaque)
 
 
-def _params(adj: Any, count: int | None = None) -> tuple[tuple[str, bool], ...]:
+def _params(adj: object, count: int | None = None) -> tuple[tuple[str, bool], ...]:
     """The C++ parameters of a function's code: each argument but a function-valued one (a ``wp.Function``
     annotation, which Warp resolves when it generates the code and passes no value for); the first ``count``."""
     args = [a for a in getattr(adj, "args", ())[:count] if not wp._src.types.is_warp_function_annotation(a.type)]
     return tuple((f"var_{a.label}", bool(wp.types.is_array(a.type))) for a in args)
 
 
-def _backward_function(key: str, name: str, adj: Any, opaque: bool) -> GeneratedFunction:
+def _backward_function(key: str, name: str, adj: object, opaque: bool) -> GeneratedFunction:
     """A function's reverse code as Warp generates it (`codegen_func_reverse`): the replay of its forward code, then
     its reverse statements, last first; its primal parameters (the adjoint ones follow them in C++)."""
     blocks = getattr(adj, "blocks", ())
@@ -226,7 +226,7 @@ def _backward_function(key: str, name: str, adj: Any, opaque: bool) -> Generated
     return GeneratedFunction(key, name, _params(adj), (*replay, *reverse), types, opaque or not blocks)
 
 
-def _backward_functions(key: str, name: str, f: Any, opaque: bool) -> list[GeneratedFunction]:
+def _backward_functions(key: str, name: str, f: object, opaque: bool) -> list[GeneratedFunction]:
     """The functions a backward pass may call for the ``@wp.func`` overload ``f`` (Warp key ``key``, C++ name
     ``name``) besides its forward code: its reverse function and its replay function (`CodegenRecord.backward`)."""
     grad = getattr(f, "custom_grad_func", None)
@@ -256,12 +256,12 @@ def _backward_functions(key: str, name: str, f: Any, opaque: bool) -> list[Gener
     return found
 
 
-def _user_name(fn: Any, key: str) -> str:
+def _user_name(fn: object, key: str) -> str:
     """The Python name of the user's function behind a Warp function (``scaled_grad``), else ``key``."""
     return getattr(getattr(fn, "func", None), "__qualname__", None) or key
 
 
-def _forward_lines(adj: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def _forward_lines(adj: object) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     lines = tuple(line for block in getattr(adj, "blocks", ()) for line in block.body_forward)
     types = tuple(
         (f"var_{v.label}", getattr(v.type, "__name__", type(v.type).__name__)) for v in getattr(adj, "variables", ())
@@ -269,7 +269,7 @@ def _forward_lines(adj: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ..
     return lines, types
 
 
-def function_tree(fn: Any) -> ast.FunctionDef | None:
+def function_tree(fn: object) -> ast.FunctionDef | None:
     """The syntax tree Warp compiles for a kernel or ``@wp.func``: ``adj.tree``, with Warp's substitutions.
 
     Once Warp has hashed the kernel's module (`array_access` does), each evaluated ``wp.static(...)`` in it is

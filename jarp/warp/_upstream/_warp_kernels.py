@@ -256,7 +256,7 @@ def _module_hash(kernel: wp.Kernel, block_dim: int) -> bytes | None:
     return digest
 
 
-def loaded_code_hash(kernel: wp.Kernel, module_exec: Any, block_dim: int) -> str | None:
+def loaded_code_hash(kernel: wp.Kernel, module_exec: object, block_dim: int) -> str | None:
     """`current_code_hash` of ``kernel`` where ``module_exec``, a build of its module just loaded right after that
     look, is current (built under the module's hash, which describes the names as they are); else None (unknown: a
     build the ``strip_hash`` module option has Warp load whatever the hash). Under Warp's lock."""

@@ -235,7 +235,7 @@ def stream_is_capturing(stream: int) -> bool:
     return bool(_warp_kernels.runtime_core().wp_cuda_stream_is_capturing(ctypes.c_void_p(stream)))
 
 
-def capture_modules(capture: Any) -> list[Any]:
+def capture_modules(capture: object) -> list[Any]:
     """The loaded modules (``ModuleExec``) Warp retained for the graph a ``wp.ScopedCapture`` captured.
 
     Warp adds a module to its capture's graph when a launch during the capture uses it; holding them keeps

@@ -33,7 +33,7 @@ UNKNOWN = object()
 """A condition that is not a constant: both branches are compiled."""
 
 
-def resolve(func: Any, name: str) -> Any:
+def resolve(func: object, name: str) -> Any:
     """``name`` as Warp resolves the root of a path: closure, globals, the ``warp`` module, Python's builtins.
 
     Args:
@@ -58,7 +58,7 @@ def resolve(func: Any, name: str) -> Any:
     return getattr(builtins, name, MISSING)
 
 
-def resolve_path(func: Any, name: str) -> Any:
+def resolve_path(func: object, name: str) -> Any:
     """The object a dotted name (``wp.sin``, ``helpers.f``) refers to, `MISSING`, or `UNREADABLE`."""
     head, *rest = name.split(".")
     try:
@@ -70,7 +70,7 @@ def resolve_path(func: Any, name: str) -> Any:
     return obj
 
 
-def callee(func: Any, node: ast.Call, local_names: frozenset[str]) -> tuple[str | None, Any]:
+def callee(func: object, node: ast.Call, local_names: frozenset[str]) -> tuple[str | None, Any]:
     """The dotted name and the object a call in ``func``'s code calls.
 
     A ``wp.static(f)`` callee that Warp has already evaluated is the function it evaluated to. A name bound
@@ -91,7 +91,7 @@ def callee(func: Any, node: ast.Call, local_names: frozenset[str]) -> tuple[str 
     return name, resolve_path(func, name)
 
 
-def builtin_key(name: str | None, obj: Any, func: Any) -> str | None:
+def builtin_key(name: str | None, obj: object, func: object) -> str | None:
     """The key of the Warp builtin a call reaches (``atomic_add`` for ``wp.atomic_add`` and its aliases), or None.
 
     A name Python cannot resolve but whose root is the ``warp`` module (``wp.tid``), or a bare name that is
@@ -122,7 +122,7 @@ def constructs_type(node: ast.Call) -> bool:
     return isinstance(callee, ast.Call) and isinstance(callee.func, ast.Name) and callee.func.id == "type"
 
 
-def constant(func: Any, expr: ast.expr, local_names: frozenset[str], bound: Mapping[str, Any] | None = None) -> Any:
+def constant(func: object, expr: ast.expr, local_names: frozenset[str], bound: Mapping[str, Any] | None = None) -> Any:
     """The value of a condition Warp evaluates at code generation, or `UNKNOWN`.
 
     Constants are literals (and what Warp substituted for an evaluated ``wp.static(...)``), names of the closure,
@@ -204,7 +204,7 @@ def constants_version(reads: set[tuple[Any, str]]) -> tuple[Any, ...]:
     return tuple(sorted(values, key=lambda v: (v[0], v[1])))
 
 
-def exact_flag(value: Any) -> bool:
+def exact_flag(value: object) -> bool:
     """Whether ``value`` means the same in Python and in Warp's code: a bool, or an integer in int32's range."""
     if isinstance(value, (bool, np.bool_)):
         return True
@@ -221,7 +221,7 @@ _COMPARE = {
 }
 
 
-def function_tree(fn: Any) -> ast.FunctionDef | None:
+def function_tree(fn: object) -> ast.FunctionDef | None:
     """The syntax tree Warp compiles for a kernel or ``@wp.func`` (its ``wp.static`` expressions substituted)."""
     return _warp_codegen.function_tree(fn)
 
@@ -241,7 +241,7 @@ def local_names(tree: ast.FunctionDef) -> frozenset[str]:
     return frozenset(names)
 
 
-def live_nodes(func: Any, tree: ast.FunctionDef, bound: Mapping[str, Any] | None = None) -> Iterator[ast.AST]:
+def live_nodes(func: object, tree: ast.FunctionDef, bound: Mapping[str, Any] | None = None) -> Iterator[ast.AST]:
     """Every node of the function body that Warp compiles: the untaken side of a constant condition is skipped.
 
     Warp folds ``if``/``elif`` statements and conditional expressions (``a if FLAG else b``) whose condition is

@@ -245,7 +245,7 @@ def _generated_code(kernel: wp.Kernel) -> tuple[_warp_codegen.GeneratedFunction,
     return record.functions if record.error is None else ()
 
 
-def _follow(func: Any, found: _ownership.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:
+def _follow(func: object, found: _ownership.Accumulation, depth: int) -> tuple[dict[str, str], str | None]:
     """The combinations of one function's accumulations, its passes followed; or the reason it does not qualify.
 
     Every call that receives no candidate must write no array (`_calls_blocker`); each pass of a candidate is
@@ -271,7 +271,7 @@ def _follow(func: Any, found: _ownership.Accumulation, depth: int) -> tuple[dict
     return combined, None
 
 
-def _param_accumulation(caller: Any, name: str, position: int, depth: int) -> tuple[str | None, str | None]:
+def _param_accumulation(caller: object, name: str, position: int, depth: int) -> tuple[str | None, str | None]:
     """What the function ``name`` (resolved from ``caller``) does with its positional parameter ``position``.
 
     Returns:
@@ -353,7 +353,7 @@ def warps_thread_index(kernel: Any) -> bool:
 
 
 def plan_shares_cpu_state(
-    runs: Runs, target: Any, block_dim: int | None, bounds_checked: bool, race_free: bool
+    runs: Runs, target: object, block_dim: int | None, bounds_checked: bool, race_free: bool
 ) -> bool:
     """`Plan.shares_cpu_state` of a plan with these fields (`_builder.build_plan`; `_content` for a rebuilt plan).
 
@@ -413,7 +413,7 @@ def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
     return None
 
 
-def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
+def _calls_blocker(func: object, calls: tuple[tuple[str, int], ...], depth: int) -> str | None:
     for name, line in calls:
         obj = _names.resolve_path(func, name)
         reason = _callee_blocker(_names.MISSING if obj is _names.UNREADABLE else obj, name, func, depth)
@@ -422,7 +422,7 @@ def _calls_blocker(func: Any, calls: tuple[tuple[str, int], ...], depth: int) ->
     return None
 
 
-def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
+def _callee_blocker(obj: object, name: str, caller: object, depth: int) -> str | None:
     """Why calling ``obj`` (resolved from the dotted ``name``) may race, or None."""
     if isinstance(obj, wp.Function):
         if obj.is_builtin():
@@ -446,7 +446,7 @@ def _callee_blocker(obj: Any, name: str, caller: Any, depth: int) -> str | None:
     return f"not a Warp function ({type(obj).__name__})"
 
 
-def _function_blocker(fn: Any, depth: int) -> str | None:
+def _function_blocker(fn: object, depth: int) -> str | None:
     """Why a user ``@wp.func`` (each of its overloads) may write memory or race, or None."""
     if getattr(fn, "native_snippet", None) is not None:
         return "a native snippet (wp.func_native), which jarp cannot read"

@@ -263,7 +263,7 @@ class _Context:
     value_locals: frozenset[str]  # the kernel's locals Warp typed as values: copies, never references
 
 
-def _add_types(types: dict[str, Any], path: str, warp_type: Any, depth: int) -> None:
+def _add_types(types: dict[str, Any], path: str, warp_type: object, depth: int) -> None:
     """The Warp type of a parameter path and, for a struct, of each field's path (``"s.arr"``)."""
     types[path] = warp_type
     if depth < _MAX_DEPTH and _warp_types.is_struct_type(warp_type):
@@ -297,7 +297,7 @@ def _writes_now(kernel: wp.Kernel, specialise: bool) -> tuple[str, ...]:
 
 
 def _function_writes(
-    fn: Any, roots: dict[str, set[str]], consts: dict[str, Any], context: _Context, depth: int
+    fn: object, roots: dict[str, set[str]], consts: dict[str, Any], context: _Context, depth: int
 ) -> set[str]:
     """The caller's paths that ``fn`` writes, given which caller path each of its parameters names (``roots``)
     and which of its parameters the call passes a constant (``consts``)."""
@@ -522,7 +522,7 @@ def _overloads(fn: wp.Function, call: ast.Call) -> list[Any]:
     return fitting or overloads
 
 
-def _bound_args(obj: Any, call: ast.Call) -> list[tuple[Any, ast.expr]]:
+def _bound_args(obj: object, call: ast.Call) -> list[tuple[Any, ast.expr]]:
     """Each argument of ``call`` with the declared type of the parameter it binds (None where unknown: builtins,
     overloads that disagree, ``*args``)."""
     args = [*call.args, *(k.value for k in call.keywords)]

@@ -210,7 +210,7 @@ class _Reader:
         return True
 
     def _params(
-        self, runs: Runs, target: Any, operands: tuple[Buffer, ...], results: tuple[Buffer, ...]
+        self, runs: Runs, target: object, operands: tuple[Buffer, ...], results: tuple[Buffer, ...]
     ) -> tuple[Param, ...]:
         raw = read_list(self.doc["params"], "params")
         declared = target_params(runs, target)

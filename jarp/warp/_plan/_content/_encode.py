@@ -129,7 +129,7 @@ def _kernel_not_portable(plan: Plan) -> str | None:
     return None
 
 
-def _callable_not_portable(func: Any) -> str | None:
+def _callable_not_portable(func: object) -> str | None:
     # A nested function reaches the plan wrapped for comparison by value (`_value_callables._ValueFunction`): name
     # the function.
     wrapped = getattr(func, "__wrapped__", None)
@@ -200,7 +200,7 @@ def _encode_binding(b: Binding, where: str) -> dict[str, Any]:
     return {"source": b.source, "index": b.index, "value": _encode_value(b.value, where), "fields": list(b.fields)}
 
 
-def _encode_value(value: Any, where: str) -> Any:
+def _encode_value(value: object, where: str) -> Any:
     """A static value as JSON: null, bools, ints as they are; floats by their hex; tuples and NumPy scalars tagged."""
     if isinstance(value, np.generic):
         dtype = np.dtype(type(value))

@@ -95,7 +95,7 @@ def _hash_const(h: Any, value: Any) -> None:
         h.update(f"{type(value).__name__}:{value!r}".encode())
 
 
-def _const_digest(value: Any) -> bytes:
+def _const_digest(value: object) -> bytes:
     h = hashlib.sha256()
     _hash_const(h, value)
     return h.digest()
