@@ -12,7 +12,7 @@ import re
 import types
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import warp as wp
 

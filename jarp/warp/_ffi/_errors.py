@@ -30,7 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from .._upstream import _locks, _xla_ffi
 
