@@ -301,3 +301,58 @@ def test_importing_upstream_defines_no_warp_code() -> None:
     }
     assert {name: found for name, found in defined.items() if found} == {}
     assert _warp_code_defined(PACKAGE / "_upstream" / "_warp_codegen_probes.py"), "the checker sees no Warp code"
+
+
+# Bare ``typing.Any`` parameter annotations: kept for values that are truly arbitrary (a user's leaf of unknown kind,
+# options forwarded verbatim, decoded JSON, Warp's own kernel annotations); everything else names its type (an
+# array, a pytree, a Warp type, ``object`` for what is only passed along). The ceiling is the share reached.
+ANY_PARAMETER_CEILING = 0.065
+
+
+def _bare_any_parameters(path: Path) -> tuple[int, int]:
+    """``(bare Any annotations, annotated parameters)`` of the functions in ``path``."""
+    found = annotated = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p is not None)]
+            for param in params:
+                if param.annotation is None:
+                    continue
+                annotated += 1
+                found += isinstance(param.annotation, ast.Name) and param.annotation.id == "Any"
+    return found, annotated
+
+
+def _any_report(ceiling: float) -> str | None:
+    """None if the share of bare ``Any`` parameter annotations in ``jarp/`` is at most ``ceiling``, else a message
+    naming the files with the most of them."""
+    counts = {p: _bare_any_parameters(p) for p in sorted(PACKAGE.parent.rglob("*.py"))}
+    found = sum(f for f, _ in counts.values())
+    annotated = sum(n for _, n in counts.values())
+    if found <= ceiling * annotated:
+        return None
+    worst = sorted(((f, p) for p, (f, _) in counts.items() if f), key=lambda t: -t[0])[:8]
+    listing = ", ".join(f"{p.relative_to(PACKAGE.parent.parent)} ({f})" for f, p in worst)
+    return (
+        f"{found} of {annotated} annotated parameters ({found / annotated:.1%}) are a bare typing.Any, above the "
+        f"ceiling of {ceiling:.1%}; name their types (jaxtyping's Array or PyTree, a Warp type, object for a value "
+        f"only passed along). Most in: {listing}"
+    )
+
+
+def test_few_parameters_are_annotated_with_a_bare_any() -> None:
+    report = _any_report(ANY_PARAMETER_CEILING)
+    assert report is None, report
+
+
+def test_the_any_checker_sees_them(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(a: Any, b: int, *c: Any, d, **e: object) -> Any: ...\n")
+    assert _bare_any_parameters(probe) == (2, 4)
+    counts = [_bare_any_parameters(p) for p in PACKAGE.parent.rglob("*.py")]
+    found, annotated = sum(f for f, _ in counts), sum(n for _, n in counts)
+    assert found > 0, "the checker sees no bare Any (jarp keeps some: Warp kernel annotations)"
+    report = _any_report(found / annotated / 2)
+    assert report is not None, "a ceiling below the share reached must fail"
+    assert "jarp/" in report, "the failure names the files with the most"
