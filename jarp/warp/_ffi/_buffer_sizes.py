@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from .._plan._arg_spec import ArgSpec
 from .._plan._values import Plan, Runs
 from .._upstream import _warp_kernels, _warp_launches, _warp_types
 from . import _errors
@@ -224,7 +225,7 @@ def check_callable(plan: Plan) -> None:
     check_views(plan, views)
 
 
-def _callable_view(plan: Plan, param: str, field: str, spec: Any, role: str, source: int, index: int) -> ArrayView:
+def _callable_view(plan: Plan, param: str, field: str, spec: ArgSpec, role: str, source: int, index: int) -> ArrayView:
     """The array ``wp.array(ptr=..., dtype=spec.dtype, shape=buffer.shape[:warp_ndim])`` Warp builds over a buffer."""
     shape = tuple(int(n) for n in (plan.operands, plan.results)[source][index].shape[: spec.warp_ndim])
     warp_type = wp.array(dtype=spec.dtype, ndim=spec.warp_ndim)
@@ -243,7 +244,7 @@ def _contiguous_strides(shape: Sequence[int], element: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _element_bytes(warp_type: Any) -> int | None:
+def _element_bytes(warp_type: wp.array) -> int | None:
     """Warp's ``sizeof(T)`` of an array annotation's element type; None for anything but an array of a sized type."""
     if not wp.types.is_array(warp_type):
         return None
@@ -254,7 +255,7 @@ def _element_bytes(warp_type: Any) -> int | None:
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
-def _element(warp_type: Any) -> str:
+def _element(warp_type: wp.array) -> str:
     """Warp's name of an array annotation's element type (``quatf``), or the annotation itself."""
     try:
         return wp.types.type_repr(warp_type.dtype)

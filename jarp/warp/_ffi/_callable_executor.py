@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import warp as wp
 
 from .._plan import _dtypes
-from .._plan._values import Binding, Plan
+from .._plan._values import Binding, Param, Plan
 from .._upstream import _warp_kernels, _warp_launches, _xla_ffi
 from . import _buffer_sizes, _errors, _locks, _native, _struct_bytes
 from ._executor_base import Executor, check_load_during_capture, memmove, memset
@@ -26,7 +26,7 @@ class CallableExecutor(Executor):
     so the launches it recorded accumulate the input cotangents.
     """
 
-    def __init__(self, plan: Plan, device: Any) -> None:
+    def __init__(self, plan: Plan, device: wp.Device) -> None:
         super().__init__(plan, device)
         # each wp.array `_array` makes must cover its buffer exactly: checked once, before the function ever runs
         _buffer_sizes.check_callable(plan)
@@ -64,7 +64,7 @@ class CallableExecutor(Executor):
             return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device)
         return wp.array(ptr=base, dtype=spec.dtype, shape=shape, device=self.device, grad=grad, requires_grad=True)
 
-    def _struct(self, param: Any, ops: Sequence[int], res: Sequence[int], s: int) -> Any:
+    def _struct(self, param: Param, ops: Sequence[int], res: Sequence[int], s: int) -> Any:
         """A Warp struct instance whose array fields wrap the call's buffers (and adjoint buffers)."""
         layout = param.spec.struct
         arrays = []

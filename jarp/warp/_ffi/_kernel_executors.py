@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import warp as wp
 
 from .._plan import _launch_checks
 from .._plan._analysis import _races
@@ -22,7 +23,7 @@ from ._native import _guard, _ranged
 class KernelExecutor(Executor):
     """Shared preparation of a kernel launch: argument blocks and pointer slots."""
 
-    def __init__(self, plan: Plan, device: Any) -> None:
+    def __init__(self, plan: Plan, device: wp.Device) -> None:
         super().__init__(plan, device)
         kernel = plan.target
         self.entry = _warp_launches.load_entry_points(kernel, device, plan.block_dim)
@@ -100,7 +101,7 @@ class KernelExecutor(Executor):
 class CpuKernelExecutor(KernelExecutor):
     """Call a CPU entry point directly; with cooperative CPU blocks, report the errors they record as Warp does."""
 
-    def __init__(self, plan: Plan, device: Any) -> None:
+    def __init__(self, plan: Plan, device: wp.Device) -> None:
         super().__init__(plan, device)
         # With wp.config.enable_cpu_blocks, a block dim above 1 builds a variant whose entry point runs each
         # block's threads as fibers; it records errors (e.g. a fiber stack overflow) instead of aborting.
@@ -218,7 +219,7 @@ class CpuKernelExecutor(KernelExecutor):
             specs.append((slots[0], op, _races.PRIVATE_SCALARS.index(scalar), self.plan.results[index].nbytes))
         return specs
 
-    def _guarded(self, bounds: int, *blocks: Any) -> None:
+    def _guarded(self, bounds: int, *blocks: ctypes.Structure) -> None:
         entry = self.entry.backward if self.adjoint else self.entry.forward
         signal = _guard.call(entry, bounds, *(ctypes.addressof(b) for b in blocks))
         if signal:
@@ -236,7 +237,7 @@ class CpuKernelExecutor(KernelExecutor):
 
 
 class CudaKernelExecutor(KernelExecutor):
-    def __init__(self, plan: Plan, device: Any) -> None:
+    def __init__(self, plan: Plan, device: wp.Device) -> None:
         # Also checked at lowering for CUDA (`_jax._lowering`); here too, before any CUDA launch is prepared.
         _launch_checks.check_cuda_signature(plan.target, plan.block_dim, plan.name)
         super().__init__(plan, device)

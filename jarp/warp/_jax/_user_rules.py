@@ -84,7 +84,7 @@ def call_with_rules(
         def fwd(*diff_values: object) -> Any:
             return f(*diff_values), diff_values
 
-        def bwd(res: Any, cts: Any) -> Any:
+        def bwd(res: tuple[jax.Array, ...], cts: Sequence[jax.Array | None]) -> tuple[jax.Array, ...]:
             cts = [jnp.zeros_like(o) if ct is None else ct for ct, o in zip(cts, jax.eval_shape(f, *res), strict=True)]
             out = _as_tuple(vjp(*merge(res), *cts))
             _check_count(out, len(diff), what, "vjp", "cotangents (one per floating-point array input)")
@@ -93,7 +93,7 @@ def call_with_rules(
         g.defvjp(fwd, bwd)
         return g(*diff_args)
 
-    def transpose(res: Any, cts: Any) -> Any:
+    def transpose(res: tuple[jax.Array, ...], cts: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
         cts = _as_tuple(cts)
         if vjp is not None:
             out = _as_tuple(vjp(*merge(res), *cts))
@@ -109,13 +109,15 @@ def call_with_rules(
         _check_count(out, len(diff), what, "vjp", "cotangents (one per floating-point array input)")
         return tuple(out)
 
-    def tangent_map(res: Any, tangents: Any) -> Any:
+    def tangent_map(res: tuple[jax.Array, ...], tangents: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         out = _as_tuple(jvp(*merge(res), *tangents))
         return tuple(out)
 
     g = jax.custom_jvp(f)
 
-    def rule(primals: Any, tangents: Any) -> Any:
+    def rule(
+        primals: tuple[jax.Array, ...], tangents: Sequence[jax.Array | SymbolicZero]
+    ) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
         out = f(*primals)
         # a SymbolicZero's aval is typed as AbstractValue; here it is always a ShapedArray
         tangents = [jnp.zeros(t.aval.shape, t.aval.dtype) if isinstance(t, SymbolicZero) else t for t in tangents]  # pyright: ignore[reportAttributeAccessIssue]

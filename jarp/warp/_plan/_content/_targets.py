@@ -63,7 +63,7 @@ def code_hash(code: types.CodeType) -> str:
     return h.hexdigest()
 
 
-def _hash_code(h: Any, code: types.CodeType) -> None:
+def _hash_code(h: hashlib._Hash, code: types.CodeType) -> None:
     h.update(b"code")
     for n in (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount):
         h.update(n.to_bytes(4, "little"))
@@ -73,7 +73,7 @@ def _hash_code(h: Any, code: types.CodeType) -> None:
     _hash_const(h, code.co_consts)
 
 
-def _hash_const(h: Any, value: Any) -> None:
+def _hash_const(h: hashlib._Hash, value: object) -> None:
     if isinstance(value, types.CodeType):
         _hash_code(h, value)
     elif isinstance(value, (tuple, frozenset)):
@@ -101,7 +101,7 @@ def _const_digest(value: object) -> bytes:
     return h.digest()
 
 
-def find_target(runs: Runs, raw: Any, block_dim: int | None) -> Any:
+def find_target(runs: Runs, raw: dict[str, Any], block_dim: int | None) -> Any:
     if runs is Runs.CALLABLE:
         check_keys(raw, CALLABLE_TARGET, "target")
         if raw["kind"] != "callable":
