@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.lax import GatherScatterMode
-from jaxtyping import ArrayLike, Bool
+from jaxtyping import Array, ArrayLike, Bool
 
 from ._leaf_utils import map_leaves
 
@@ -53,7 +53,7 @@ def tree_zeros_like(tree: _T) -> _T:
         ```
     """
 
-    def zeros(x: Any) -> Any:
+    def zeros(x: Any) -> Any:  # a leaf of any kind
         if isinstance(x, jax.ShapeDtypeStruct):
             return jnp.zeros(x.shape, x.dtype)
         return jnp.zeros_like(x) if eqx.is_array_like(x) else x
@@ -97,7 +97,7 @@ def tree_where_broadcast_last(accept: Bool[ArrayLike, "*batch"], tree1: _T, tree
     accept = jnp.asarray(accept)
     batch = accept.shape
 
-    def where(path: Any, leaf1: Any, leaf2: Any) -> Any:
+    def where(path: jtu.KeyPath, leaf1: ArrayLike, leaf2: ArrayLike) -> Array:
         for name, leaf in (("tree1", leaf1), ("tree2", leaf2)):
             shape = np.shape(leaf)
             if len(shape) < len(batch) or not all(

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jaxtyping import Array, ArrayLike
 
 from ._leaf_utils import map_leaves, trees_names
 
@@ -43,7 +44,7 @@ def tree_stack(*trees: _T) -> _T:
     """
     names = trees_names("tree_stack", trees)
 
-    def stack(path: Any, *leaves: Any) -> Any:
+    def stack(path: jtu.KeyPath, *leaves: ArrayLike) -> Array:
         shapes = [np.shape(leaf) for leaf in leaves]
         for name, shape in zip(names[1:], shapes[1:], strict=True):
             if shape != shapes[0]:
@@ -86,7 +87,7 @@ def tree_concat(*trees: _T) -> _T:
     """
     names = trees_names("tree_concat", trees)
 
-    def concat(path: Any, *leaves: Any) -> Any:
+    def concat(path: jtu.KeyPath, *leaves: ArrayLike) -> Array:
         shapes = [np.shape(leaf) for leaf in leaves]
         for name, shape in zip(names, shapes, strict=True):
             if len(shape) == 0:

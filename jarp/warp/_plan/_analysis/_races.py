@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,7 +38,7 @@ class SplitProofs(NamedTuple):
 
 def split_proofs(
     runs: Runs,
-    target: Any,
+    target: Any,  # a kernel where runs is Runs.KERNEL (the only case looked into), else the function
     params: Sequence[ArgSpec],
     block_dim: int | None,
     bounds_checked: bool,
@@ -69,7 +69,7 @@ _GEOMETRY_ADJOINTS = re.compile(r"\bwp::(?:mesh|volume)_\w+\(")
 
 def adjoint_split_proofs(
     runs: Runs,
-    target: Any,
+    target: Any,  # a kernel where runs is Runs.KERNEL (the only case looked into), else the function
     params: Sequence[Param],
     results: Sequence[Buffer],
     block_dim: int | None,
@@ -328,7 +328,7 @@ def work_estimate(kernel: wp.Kernel) -> int:
     return total * (64 if loops else 1)
 
 
-def warps_thread_index(kernel: Any) -> bool:
+def warps_thread_index(kernel: wp.Kernel | wp.Function) -> bool:
     """Whether every call named like the thread index in ``kernel`` (``wp.tid()``, ``tid()``) is Warp's ``wp.tid``.
 
     The source analyses (`_ownership.race_free_blocker`, ``overwritten_outputs``, ``tid_indexed``) recognise the
@@ -353,7 +353,7 @@ def warps_thread_index(kernel: Any) -> bool:
 
 
 def plan_shares_cpu_state(
-    runs: Runs, target: object, block_dim: int | None, bounds_checked: bool, race_free: bool
+    runs: Runs, target: wp.Kernel | Callable[..., object], block_dim: int | None, bounds_checked: bool, race_free: bool
 ) -> bool:
     """`Plan.shares_cpu_state` of a plan with these fields (`_builder.build_plan`; `_content` for a rebuilt plan).
 
@@ -363,10 +363,11 @@ def plan_shares_cpu_state(
     """
     if runs is not Runs.KERNEL or block_dim not in (None, 1) or bounds_checked:
         return True
-    return not race_free and sharing_blocker(target) is not None
+    # a kernel plan's target is a kernel
+    return not race_free and sharing_blocker(target) is not None  # pyright: ignore[reportArgumentType]
 
 
-def sharing_blocker(kernel: Any, depth: int = 0) -> str | None:
+def sharing_blocker(kernel: wp.Kernel | wp.Function, depth: int = 0) -> str | None:
     """Why two launches of ``kernel`` (or ``@wp.func``) at once would share state, or None.
 
     They would when it, or a function it calls, uses tiles or prints (`_builtins.sharing_call`), calls a native
