@@ -16,9 +16,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
-from typing import Any
 
 import numpy as np
+import warp as wp
 
 from .._plan._values import Binding, Plan
 from .._upstream import _xla_ffi
@@ -61,7 +61,7 @@ class NativeLaunch:
     structures: tuple[StructureOperands, ...]
 
 
-def structure_descriptor(plan: Plan, launch: NativeLaunch, device: Any) -> _native.LaunchDescriptor | None:
+def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) -> _native.LaunchDescriptor | None:
     """The launch descriptor of callable ``plan`` whose function is ``launch``; None where it stays on Python's path.
 
     The kernel plan's buffers are matched to the callable's by parameter name, and each must be the same buffer
