@@ -61,7 +61,7 @@ def _lru_caches_made_by_calls() -> list[str]:
 
 def test_lru_caches_made_by_calls_are_in_the_table() -> None:
     # the energies memoise one custom_jvp function per parameter layout, per derivative kind
-    assert _lru_caches_made_by_calls() == ["warp/_energy.py:152"]
+    assert [site.partition(":")[0] for site in _lru_caches_made_by_calls()] == ["warp/_energy.py"]
     assert {"jarp.warp._energy._energy_rule", "jarp.warp._energy._gradient_rule"} <= set(_cache_table.names())
 
 
