@@ -224,6 +224,20 @@ def python_subprocess(repeat: int, threads: bool) -> dict | None:
     return None
 
 
+def eager_cost(repeat):
+    """An eager call (outside any trace: jarp's cached executable per module and signature) against the same call
+    jitted by hand, and Warp's bridge called eagerly."""
+    x = jnp.ones(8, jnp.float32)
+    wk = wp.jax_kernel(K.axpy)
+    jk = jarp.warp.jax_kernel(K.axpy)
+    variants = {
+        "jarp eager": (lambda x: jk(x), (x,)),
+        "jarp jitted": (jax.jit(lambda x: jk(x)), (x,)),
+        "warp eager": (lambda x: wk(x), (x,)),
+    }
+    return interleaved(variants, repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=200)
@@ -256,6 +270,14 @@ def main() -> None:
         f"{v['jarp sequential'] * 1e6:.1f} us, ratio {v['jarp sequential'] / v['warp broadcast_all']:.3f} "
         "(target <= 1.5)"
     )
+    e = eager_cost(10 * r)
+    print(
+        f"eager call n=8: jarp {e['jarp eager'] * 1e6:.1f} us, the same jitted {e['jarp jitted'] * 1e6:.1f} us, "
+        f"Warp's bridge eager {e['warp eager'] * 1e6:.1f} us, jarp eager / jitted "
+        f"{e['jarp eager'] / e['jarp jitted']:.2f} (target <= 3.5)"
+    )
+    # (a regression guard: 0.2.0, whose eqx.partition of the arguments cost 17 us a call, measured 3.8-4.0 and the
+    # next version 2.9-3.2, side by side in fresh processes at load 3.7-3.9)
     big = large_cost(max(20, r // 10))
     print(
         f"n=1e6: warp {big['warp'] * 1e3:.3f} ms, jarp {big['jarp'] * 1e3:.3f} ms, "
