@@ -73,7 +73,7 @@ def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) ->
         device: the CPU device.
     """
     inner = launch.plan
-    if plan.batch_shape or inner.batch_shape or inner.partitioned or inner.bounds_checked:
+    if plan.batch_shape or plan.partitioned or inner.batch_shape or inner.partitioned or inner.bounds_checked:
         return None
     maps = _buffer_maps(plan, inner)
     if maps is None:
