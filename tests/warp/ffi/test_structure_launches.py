@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import warp as wp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarp.warp import Bvh, HashGrid, Mesh, jax_kernel
 from jarp.warp._ffi import _native
@@ -228,3 +230,26 @@ def test_a_released_plan_destroys_the_structures_its_descriptor_kept(
     native.withdraw([])  # a withdrawn descriptor's memory goes at the next withdrawal, with its structures
     assert (0, ident) in destroyed
     assert descriptor.structure_ids() == [()]
+
+
+_TOPOLOGIES = [np.random.default_rng(s).integers(0, 30, size=(24, 3)).astype(np.int32) for s in range(6)]
+_STEPS = st.lists(st.tuples(st.integers(0, 5), st.floats(-1.0, 1.0, width=32)), min_size=2, max_size=12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(steps=_STEPS)
+def test_any_sequence_of_moves_and_topologies_equals_warps_launch(steps: list[tuple[int, float]]) -> None:
+    # six topologies cycle through four kept meshes: refits, rebuilds and evictions in any order
+    if _native.active() is None:
+        pytest.skip("the native handler is not the launch path of this run")
+    f = _FUZZED
+    for topology, shift in steps:
+        points = POINTS + np.float32(shift) * np.cos(POINTS)
+        faces = _TOPOLOGIES[topology]
+        np.testing.assert_array_equal(
+            f(points, faces), warp_mesh_launch(kg.closest_distance, points, faces, QUERIES, float)
+        )
+
+
+# one compiled program for every example (its descriptor keeps its meshes across them)
+_FUZZED = jax.jit(lambda p, t: jax_kernel(kg.closest_distance)(Mesh(points=p, indices=t), QUERIES)[0])
