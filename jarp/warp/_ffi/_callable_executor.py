@@ -49,7 +49,7 @@ class CallableExecutor(Executor):
         launch = native_launch()
         if not isinstance(launch, NativeLaunch):
             return None
-        return structure_descriptor(self.plan, launch, self.device)
+        return structure_descriptor(self.plan, launch, self.device, self.offsets[0])
 
     def _array(
         self, spec: Any, binding: Binding, ops: Sequence[int], res: Sequence[int], s: int, grad: Any = None

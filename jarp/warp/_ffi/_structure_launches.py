@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import warp as wp
@@ -61,23 +62,35 @@ class NativeLaunch:
     structures: tuple[StructureOperands, ...]
 
 
-def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) -> _native.LaunchDescriptor | None:
+def structure_descriptor(
+    plan: Plan, launch: NativeLaunch, device: wp.Device, offsets: Sequence[Sequence[int]]
+) -> _native.LaunchDescriptor | None:
     """The launch descriptor of callable ``plan`` whose function is ``launch``; None where it stays on Python's path.
 
     The kernel plan's buffers are matched to the callable's by parameter name, and each must be the same buffer
     (dtype and shape) there; any difference leaves the call on the Python path, which runs the function itself.
 
+    Under ``vmap`` each batch slice builds its own structures (kept in the descriptor per slice) and launches the
+    kernel on its slice of every buffer, as the Python path runs the function once per slice.
+
     Args:
-        plan: the callable's forward plan (one call per batch slice: no batch dims).
-        launch: its function's `NativeLaunch`.
+        plan: the callable's forward plan.
+        launch: its function's `NativeLaunch` (an unbatched kernel plan).
         device: the CPU device.
+        offsets: the byte offset of each of the callable's operands in each batch slice (its executor's).
     """
     inner = launch.plan
-    if plan.batch_shape or plan.partitioned or inner.batch_shape or inner.partitioned or inner.bounds_checked:
+    if plan.partitioned or inner.batch_shape or inner.partitioned or inner.bounds_checked:
         return None
     maps = _buffer_maps(plan, inner)
     if maps is None:
         return None
+    operand_map, result_map = maps
+    if plan.batch_shape:
+        # the kernel's launch, once per slice, on the slices of the callable's buffers
+        carried = tuple(plan.operand_batch[operand_map[i]] for i in range(len(inner.operands)))
+        inner = dataclasses.replace(inner, batch_shape=plan.batch_shape, operand_batch=carried)
+    nslices = math.prod(plan.batch_shape)
     executor = CpuKernelExecutor(inner, device)
     if executor.cooperative or len(executor.blocks) != 1:
         return None
@@ -93,6 +106,10 @@ def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) ->
             return None
         args = [b.index if b is not None else -1 for b in bound] + [-1] * (3 - len(bound))
         first = plan.operands[args[0]]
+        slices = tuple(
+            (_offset(offsets, args[0], k), _offset(offsets, args[1], k), _offset(offsets, args[2], k))
+            for k in range(nslices)
+        )
         if s.kind == "mesh":
             index_type = _INDEX_TYPES.get(np.dtype(plan.operands[args[1]].dtype))
             if index_type is None:
@@ -101,22 +118,21 @@ def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) ->
             structures.append(
                 _native.NativeStructure(
                     "mesh", field.offset // 8, (args[0], args[1], args[2]), first.shape[0], nindices, index_type,
-                    s.winding, s.constructor, s.leaf_size,
+                    s.winding, s.constructor, s.leaf_size, slices,
                 )
             )  # fmt: skip
         else:
             structures.append(
                 _native.NativeStructure(
                     "bvh", field.offset // 8, (args[0], args[1], -1), first.shape[0], 0, 0, False, s.constructor,
-                    s.leaf_size,
+                    s.leaf_size, slices,
                 )
             )  # fmt: skip
-    operand_map, result_map = maps
     codes = [
         [(_xla_ffi.dtype_code(np.dtype(dtype)), tuple(int(n) for n in shape)) for dtype, shape in side]
         for side in (
-            [(b.dtype, b.shape) for b in plan.operands],
-            [(b.dtype, b.shape) for b in plan.results],
+            [(b.dtype, plan.operand_shape(i)) for i, b in enumerate(plan.operands)],
+            [(b.dtype, plan.result_shape(j)) for j, b in enumerate(plan.results)],
         )
     ]
     return _native.LaunchDescriptor(
@@ -124,7 +140,7 @@ def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) ->
         rets=codes[1],
         zero=[(result_map[j], nbytes) for j, nbytes in executor.zero],
         launch=not executor.empty,
-        nslices=1,
+        nslices=nslices,
         templates=[executor.blocks[0][1]],
         slots=[
             (block, word, src, (operand_map, result_map)[src][index], offs)
@@ -137,6 +153,11 @@ def structure_descriptor(plan: Plan, launch: NativeLaunch, device: wp.Device) ->
         tasks=math.prod(inner.launch_dims),
         structures=structures,
     )
+
+
+def _offset(offsets: Sequence[Sequence[int]], operand: int, k: int) -> int:
+    """The byte offset of operand ``operand`` in batch slice ``k`` (0 for none: -1)."""
+    return 0 if operand < 0 else offsets[operand][k]
 
 
 def _buffer_maps(plan: Plan, inner: Plan) -> tuple[dict[int, int], dict[int, int]] | None:

@@ -253,3 +253,29 @@ def test_any_sequence_of_moves_and_topologies_equals_warps_launch(steps: list[tu
 
 # one compiled program for every example (its descriptor keeps its meshes across them)
 _FUZZED = jax.jit(lambda p, t: jax_kernel(kg.closest_distance)(Mesh(points=p, indices=t), QUERIES)[0])
+
+
+def test_each_batch_slice_builds_and_refits_its_own_mesh(native: _native.NativeHandler) -> None:
+    # under vmap the handler walks the slices, each with its own meshes (points batched; indices batched or shared)
+    pts = np.stack([POINTS, POINTS * 2, POINTS + 1])
+    faces = np.stack(_TOPOLOGIES[:3])
+    module = jax_kernel(kg.closest_distance)
+    batched = jax.jit(jax.vmap(lambda p, t: module(Mesh(points=p, indices=t), QUERIES)[0]))
+    shared = jax.jit(jax.vmap(lambda p: module(Mesh(points=p, indices=FACES), QUERIES)[0]))
+    batched(pts, faces).block_until_ready()
+    shared(pts).block_until_ready()
+    counts = dict(_builds.counts)
+    for step in range(3):
+        moved = pts + np.float32(0.1 * step)
+        want = [
+            warp_mesh_launch(kg.closest_distance, moved[k], faces[(k + step) % 3], QUERIES, float) for k in range(3)
+        ]
+        np.testing.assert_array_equal(batched(moved, np.roll(faces, -step, axis=0)), np.stack(want))
+        want = [warp_mesh_launch(kg.closest_distance, moved[k], FACES, QUERIES, float) for k in range(3)]
+        np.testing.assert_array_equal(shared(moved), np.stack(want))
+    assert _builds.counts == counts
+    # an index out of range in any slice: nothing is launched, the Python path names it
+    bad = faces.copy()
+    bad[2, 5, 1] = 99
+    with pytest.raises(Exception, match=r"triangle 5 refers to vertex 99 \(indices\[5, 1\]\)"):
+        batched(pts, bad).block_until_ready()

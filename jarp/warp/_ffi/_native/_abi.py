@@ -64,6 +64,7 @@ class StructSpec(ctypes.Structure):
         ("constructor", I64),
         ("leaf_size", I64),
         ("state", PTR),
+        ("offsets", PTR),
     )
 
 

@@ -39,6 +39,8 @@ class NativeStructure:
         winding: a mesh's ``support_winding_number``.
         constructor: Warp's BVH constructor code for the CPU (`_warp_types.host_bvh_settings`).
         leaf_size: the tree's leaf size.
+        offsets: for each batch slice, the byte offset of each of the three buffers in it (0 for one the batch does
+            not carry, or none); each slice builds its own structure. Empty: one slice, offsets 0.
     """
 
     kind: str
@@ -50,6 +52,7 @@ class NativeStructure:
     winding: bool = False
     constructor: int = 0
     leaf_size: int = 1
+    offsets: tuple[tuple[int, int, int], ...] = ()
 
 
 class LaunchDescriptor:
@@ -160,26 +163,34 @@ class LaunchDescriptor:
         self.measure = Measure(0, 0) if measured else None
         d.measure = self._own(self.measure) if measured else None
         d.work = work
-        assert not structures or (nslices == 1 and len(templates) == 1 and not concurrent and not range_entry), (
-            "structures are built for a whole launch of one slice on the calling thread"
+        assert not structures or (len(templates) == 1 and not concurrent and not range_entry), (
+            "structures are built for whole launches on the calling thread"
         )
         self.structures = tuple(structures)
-        self._states = [self._state(s) for s in structures]
-        specs = [
-            StructSpec(
-                0 if s.kind == "mesh" else 1,
-                s.word,
-                (ctypes.c_int64 * 3)(*s.args),
-                s.count,
-                s.nindices,
-                s.index_type,
-                int(s.winding),
-                s.constructor,
-                s.leaf_size,
-                ctypes.addressof(state),
+        # each structure's states, one per batch slice (built one after another, each launched with its own)
+        self._states = [(StructState * nslices)(*[self._state(s) for _ in range(nslices)]) for s in structures]
+        for states in self._states:
+            self._keep.append(states)
+        specs = []
+        for s, states in zip(structures, self._states, strict=True):
+            offsets = s.offsets or ((0, 0, 0),) * nslices
+            assert len(offsets) == nslices, "one triple of offsets per batch slice"
+            table = (ctypes.c_int64 * (3 * nslices))(*[o for triple in offsets for o in triple])
+            specs.append(
+                StructSpec(
+                    0 if s.kind == "mesh" else 1,
+                    s.word,
+                    (ctypes.c_int64 * 3)(*s.args),
+                    s.count,
+                    s.nindices,
+                    s.index_type,
+                    int(s.winding),
+                    s.constructor,
+                    s.leaf_size,
+                    ctypes.addressof(states),
+                    self._own(table),
+                )
             )
-            for s, state in zip(structures, self._states, strict=True)
-        ]
         table = (StructSpec * max(len(specs), 1))(*specs)
         d.nstructs, d.structs = len(specs), self._own(table)
         self.descriptor = d
@@ -195,12 +206,12 @@ class LaunchDescriptor:
             sizes = [12 * structure.count] * 2  # the private copies of its bounds
         for k, nbytes in enumerate(sizes):
             state.own[k] = self._own((ctypes.c_char * max(nbytes, 1))())
-        self._keep.append(state)
         return state
 
     def structure_ids(self) -> list[tuple[int, ...]]:
-        """For each structure, the ids of the Warp structures the handler keeps for it (tests and inspection)."""
-        return [tuple(int(i) for i in state.id if i) for state in self._states]
+        """For each structure, the ids of the Warp structures the handler keeps for it, every batch slice's (tests and
+        inspection)."""
+        return [tuple(int(i) for state in states for i in state.id if i) for states in self._states]
 
     def destroy_structures(self, destroy: Callable[[int, int], None]) -> None:
         """Destroy the structures the handler kept (once no call can use the descriptor any more).
@@ -208,11 +219,12 @@ class LaunchDescriptor:
         Args:
             destroy: the handler's ``jarp_destroy_structure(kind, id)`` (0: mesh, 1: BVH).
         """
-        for structure, state in zip(self.structures, self._states, strict=True):
-            for k in range(KEPT):
-                if state.id[k]:
-                    destroy(0 if structure.kind == "mesh" else 1, state.id[k])
-                    state.id[k] = 0
+        for structure, states in zip(self.structures, self._states, strict=True):
+            for state in states:
+                for k in range(KEPT):
+                    if state.id[k]:
+                        destroy(0 if structure.kind == "mesh" else 1, state.id[k])
+                        state.id[k] = 0
 
     def drop_code(self) -> None:
         """Let go of the loaded code (on withdrawal; `_executors._retained` keeps it while its kernel lives)."""

@@ -99,7 +99,8 @@ struct StructSpec {     // (CPU) a Warp structure built or refitted from the cal
   int64_t winding;      // mesh: support_winding_number
   int64_t constructor;  // Warp's BVH constructor (BVH_CONSTRUCTOR_*, resolved for the CPU)
   int64_t leaf_size;
-  StructState* state;
+  StructState* state;      // one per batch slice (each slice builds its own); state[0].busy guards them all
+  const int64_t* offsets;  // the byte offset of each of the three buffers in each batch slice (3 per slice)
 };
 
 struct Descriptor {
@@ -854,12 +855,16 @@ void narrow_indices(const T* src, int64_t n, int32_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(src[i]);
 }
 
+// The three buffers of structure ``s`` in batch slice ``slice`` (null where there is none).
+void slice_buffers(const StructSpec& s, void* const* args, int64_t slice, char** out) {
+  for (int k = 0; k < 3; ++k)
+    out[k] = s.arg[k] < 0 ? nullptr : static_cast<char*>(args[s.arg[k]]) + s.offsets[slice * 3 + k];
+}
+
 template <typename T>
-uint64_t prepare_mesh_of(const StructSpec& s, void* const* args, const T* src) {
-  StructState* st = s.state;
-  if (!indices_in_range(src, s.nindices, s.count)) return 0;  // the Python path names the first one out of range
-  WarpArray points = vec3_array(args[s.arg[0]], s.count);
-  void* velocities = s.arg[2] >= 0 ? args[s.arg[2]] : st->own[kKept];
+uint64_t prepare_mesh_of(const StructSpec& s, StructState* st, char* const* buffers, const T* src) {
+  WarpArray points = vec3_array(buffers[0], s.count);
+  void* velocities = buffers[2] != nullptr ? buffers[2] : st->own[kKept];
   int64_t now = ++st->clock;
   // the mesh of these triangles, if one is kept: point it at this call's buffers and refit it (Warp's setter)
   int64_t order[kKept];
@@ -875,7 +880,7 @@ uint64_t prepare_mesh_of(const StructSpec& s, void* const* args, const T* src) {
     if (st->id[e] == 0 || !same_indices(src, s.nindices, static_cast<const int32_t*>(st->own[e]))) continue;
     __atomic_add_fetch(&g_structure_refits, 1, __ATOMIC_RELAXED);
     g_mesh_set_points(st->id[e], points);
-    if (s.arg[2] >= 0) g_mesh_set_velocities(st->id[e], vec3_array(velocities, s.count));
+    if (buffers[2] != nullptr) g_mesh_set_velocities(st->id[e], vec3_array(velocities, s.count));
     st->used[e] = now;
     return st->id[e];
   }
@@ -899,23 +904,33 @@ uint64_t prepare_mesh_of(const StructSpec& s, void* const* args, const T* src) {
   return st->id[e];
 }
 
-uint64_t prepare_mesh(const StructSpec& s, void* const* args) {
-  const void* src = args[s.arg[1]];
+// Whether a mesh's indices in one batch slice all name one of its points (checked for every slice before any
+// is launched: a call the Python path must explain has written nothing).
+bool mesh_indices_valid(const StructSpec& s, char* const* buffers) {
   switch (s.index_type) {
-    case 0: return prepare_mesh_of(s, args, static_cast<const int32_t*>(src));
-    case 1: return prepare_mesh_of(s, args, static_cast<const int64_t*>(src));
-    case 2: return prepare_mesh_of(s, args, static_cast<const uint32_t*>(src));
-    case 3: return prepare_mesh_of(s, args, static_cast<const uint64_t*>(src));
+    case 0: return indices_in_range(reinterpret_cast<const int32_t*>(buffers[1]), s.nindices, s.count);
+    case 1: return indices_in_range(reinterpret_cast<const int64_t*>(buffers[1]), s.nindices, s.count);
+    case 2: return indices_in_range(reinterpret_cast<const uint32_t*>(buffers[1]), s.nindices, s.count);
+    case 3: return indices_in_range(reinterpret_cast<const uint64_t*>(buffers[1]), s.nindices, s.count);
+    default: return false;
+  }
+}
+
+uint64_t prepare_mesh(const StructSpec& s, StructState* st, char* const* buffers) {
+  switch (s.index_type) {
+    case 0: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const int32_t*>(buffers[1]));
+    case 1: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const int64_t*>(buffers[1]));
+    case 2: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const uint32_t*>(buffers[1]));
+    case 3: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const uint64_t*>(buffers[1]));
     default: return 0;
   }
 }
 
-uint64_t prepare_bvh(const StructSpec& s, void* const* args) {
+uint64_t prepare_bvh(const StructSpec& s, StructState* st, char* const* buffers) {
   // Warp's BVH reads its bounds through the pointers it was built with: they are the state's own copies
-  StructState* st = s.state;
   size_t nbytes = static_cast<size_t>(s.count) * 12;
-  memcpy(st->own[0], args[s.arg[0]], nbytes);
-  memcpy(st->own[1], args[s.arg[1]], nbytes);
+  memcpy(st->own[0], buffers[0], nbytes);
+  memcpy(st->own[1], buffers[1], nbytes);
   if (st->id[0] != 0) {
     __atomic_add_fetch(&g_structure_refits, 1, __ATOMIC_RELAXED);
     g_bvh_refit(st->id[0]);
@@ -928,24 +943,41 @@ uint64_t prepare_bvh(const StructSpec& s, void* const* args) {
 }
 
 void release_structures(const Descriptor* d, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) __atomic_store_n(&d->structs[k].state->busy, 0, __ATOMIC_RELEASE);
+  for (int64_t k = 0; k < n; ++k) __atomic_store_n(&d->structs[k].state[0].busy, 0, __ATOMIC_RELEASE);
 }
 
-// Take, build or refit the descriptor's structures and write their ids into the argument block; false (nothing
-// held) where the call must take the Python path.
-bool prepare_structures(const Descriptor* d, void* const* args, uint64_t* block) {
-  if (g_mesh_create == nullptr) return false;
+// Take the descriptor's structures for this call and check every slice's indices; false (nothing held) where the
+// call must take the Python path (another call holds them, an index is out of range, Warp's functions are missing).
+bool take_structures(const Descriptor* d, void* const* args) {
+  if (__atomic_load_n(&g_mesh_create, __ATOMIC_ACQUIRE) == nullptr) return false;
   for (int64_t k = 0; k < d->nstructs; ++k) {
-    const StructSpec& s = d->structs[k];
-    if (__atomic_exchange_n(&s.state->busy, 1, __ATOMIC_ACQUIRE) != 0) {
+    if (__atomic_exchange_n(&d->structs[k].state[0].busy, 1, __ATOMIC_ACQUIRE) != 0) {
       release_structures(d, k);
       return false;
     }
-    uint64_t id = s.kind == 0 ? prepare_mesh(s, args) : prepare_bvh(s, args);
-    if (id == 0) {
-      release_structures(d, k + 1);
-      return false;
+  }
+  char* buffers[3];
+  for (int64_t s = 0; s < d->nslices; ++s)
+    for (int64_t k = 0; k < d->nstructs; ++k) {
+      const StructSpec& spec = d->structs[k];
+      slice_buffers(spec, args, s, buffers);
+      if (spec.kind == 0 && !mesh_indices_valid(spec, buffers)) {  // the Python path names the first one
+        release_structures(d, d->nstructs);
+        return false;
+      }
     }
+  return true;
+}
+
+// Build or refit each structure of batch slice ``slice`` from its buffers and write its id into the argument block.
+bool prepare_structures(const Descriptor* d, void* const* args, uint64_t* block, int64_t slice) {
+  char* buffers[3];
+  for (int64_t k = 0; k < d->nstructs; ++k) {
+    const StructSpec& s = d->structs[k];
+    slice_buffers(s, args, slice, buffers);
+    StructState* st = &s.state[slice];
+    uint64_t id = s.kind == 0 ? prepare_mesh(s, st, buffers) : prepare_bvh(s, st, buffers);
+    if (id == 0) return false;
     block[s.word] = id;
   }
   return true;
@@ -1093,13 +1125,20 @@ XLA_FFI_Error* handler(XLA_FFI_CallFrame* frame) {
                                : static_cast<void*>(reinterpret_cast<char*>(blocks[p.block]) + p.offset);
     }
   }
-  if (d->nstructs > 0 && (kCuda || d->nslices != 1 || d->nblocks != 1 || !prepare_structures(d, ptrs[0], blocks[0])))
-    return python(slow, frame, handle);
+  if (d->nstructs > 0 && (kCuda || d->nblocks != 1 || !take_structures(d, ptrs[0]))) return python(slow, frame, handle);
   for (int64_t s = 0; s < d->nslices; ++s) {
     for (int64_t k = 0; k < d->nslots; ++k) {
       const PointerSlot& p = d->slots[k];
       uint64_t base = reinterpret_cast<uint64_t>(ptrs[p.source][p.index]);
       blocks[p.block][p.word] = base + static_cast<uint64_t>(p.offsets[s]);
+    }
+    if (d->nstructs > 0 && !prepare_structures(d, ptrs[0], blocks[0], s)) {
+      // Warp could not build a structure (its allocation failed): before any launch the Python path tries again and
+      // raises Warp's error; after one, the results are partly written and the call fails here
+      release_structures(d, d->nstructs);
+      if (s == 0) return python(slow, frame, handle);
+      return error(frame, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                   "jarp: Warp could not build a mesh or BVH for a batch slice of a call (out of memory?)");
     }
     if (kCuda) {
       if (g_cuda_launch(d->context, d->entry, static_cast<size_t>(d->dim), 0, static_cast<int>(d->block_dim),
