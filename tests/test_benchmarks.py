@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# A benchmark's smoke run (about 11 s): `nox -s tests_full` runs it.
+@pytest.mark.slow
 def test_bench_fem_quick_runs_and_reports(tmp_path: Path) -> None:
     out_json, out_png = tmp_path / "fem.json", tmp_path / "fem.png"
     script = str(ROOT / "benchmarks" / "bench_fem.py")

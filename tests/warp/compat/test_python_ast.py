@@ -72,6 +72,8 @@ def test_parses_from_many_threads_while_warp_defines_kernels():
     assert failures == []
 
 
+# It shows CPython's race itself (about 7 s of parsing threads): `nox -s tests_full` runs it.
+@pytest.mark.slow
 @pytest.mark.skipif(not _python_ast.AFFECTED, reason="only CPython < 3.12 shares the AST constructor's counter")
 def test_unprotected_parses_do_fail_here():
     """The defect the entry works around is real on this interpreter: without the entry, parses fail."""
