@@ -48,9 +48,9 @@ WORKERS = ["-n", "auto", "--dist", "loadfile"]
 SLOW_WORKERS = ["-n", "auto", "--dist", "load"]
 
 
-def _quick_runs(session: nox.Session) -> None:
+def _quick_runs(session: nox.Session) -> dict[str, list[int]]:
     """The runs of `tests`: the float32 suite on jarp's native path, the float64 tests and the bridge tests again on
-    the Python launch path, the last two in checking mode."""
+    the Python launch path, the last two in checking mode. Returns what a later run passes to ``session.run``."""
     session.install("-e", ".[test]")
     # arguments that narrow the runs (a file, -k) may leave a run without a test of its marker: exit code 5 passes then
     narrowed = {"success_codes": [0, 5]} if session.posargs else {}
@@ -69,6 +69,7 @@ def _quick_runs(session: nox.Session) -> None:
         env={**FLOAT32, **CHECKING, "JARP_LAUNCH": "python"},
         **narrowed,
     )
+    return narrowed
 
 
 @nox.session(python=PYTHON)
@@ -99,8 +100,7 @@ def tests_full(session: nox.Session) -> None:
     (tests/warp/compat/test_warp_kernel_verdicts.py) and the cross-checks over every kernel of the suite. About 20
     minutes on 2 cores with Warp's kernel cache warm, three times `tests`.
     """
-    _quick_runs(session)
-    narrowed = {"success_codes": [0, 5]} if session.posargs else {}
+    narrowed = _quick_runs(session)
     session.run(
         "pytest", *WORKERS, "-m", "not native_launches", *session.posargs, env={**FLOAT32, **CHECKING}, **narrowed
     )

@@ -173,6 +173,10 @@ class _CheckedInputs:
     #: Who said the inputs stay as they are, and what to do where they do not.
     promise = ("which jarp judged read-only", "declare it in-out (in_out_argnames) until jarp's analysis is fixed")
 
+    def native_descriptor(self) -> None:
+        """None: no launch descriptor, so every call comes to the checked executor's ``run``."""
+        return None
+
     def _prepare_inputs(self) -> None:
         self.sizes = tuple(
             [math.prod(shape) * np.dtype(dtype).itemsize for dtype, shape in side] for side in self.buffers.shapes
@@ -236,9 +240,6 @@ class CheckedCpuKernelExecutor(_CheckedInputs, CpuKernelExecutor):
             if address:
                 args = [ctypes.c_void_p] * (3 if self.adjoint else 2) + [ctypes.c_size_t, ctypes.c_size_t]
                 self.ranged = ctypes.CFUNCTYPE(None, *args)(address)
-
-    def native_descriptor(self) -> Any:
-        return None  # every call comes to `run`
 
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)
@@ -407,9 +408,6 @@ class CheckedCpuCallableExecutor(_CheckedInputs, CallableExecutor):
     def __init__(self, plan: Plan, device: Any) -> None:
         super().__init__(plan, device)
         self._prepare_inputs()
-
-    def native_descriptor(self) -> Any:
-        return None  # every call comes to `run`
 
     def run(self, frame: int) -> None:
         ptrs = self.pointers(frame)

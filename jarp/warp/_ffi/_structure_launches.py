@@ -82,7 +82,8 @@ def structure_descriptor(
     inner = launch.plan
     if plan.partitioned or inner.batch_shape or inner.partitioned or inner.bounds_checked:
         return None
-    maps = _buffer_maps(plan, inner)
+    by_name = {p.spec.name: p.primal for p in plan.params}
+    maps = _buffer_maps(plan, inner, by_name)
     if maps is None:
         return None
     operand_map, result_map = maps
@@ -95,7 +96,6 @@ def structure_descriptor(
     if executor.cooperative or len(executor.blocks) != 1:
         return None
     template = executor.blocks[0][2]
-    by_name = {p.spec.name: p.primal for p in plan.params}
     structures = []
     for s in launch.structures:
         field = getattr(type(template), s.param, None)
@@ -160,10 +160,10 @@ def _offset(offsets: Sequence[Sequence[int]], operand: int, k: int) -> int:
     return 0 if operand < 0 else offsets[operand][k]
 
 
-def _buffer_maps(plan: Plan, inner: Plan) -> tuple[dict[int, int], dict[int, int]] | None:
+def _buffer_maps(plan: Plan, inner: Plan, by_name: dict[str, Binding]) -> tuple[dict[int, int], dict[int, int]] | None:
     """Each operand and result index of kernel plan ``inner`` in callable ``plan`` (the same buffer, by parameter
-    name), or None unless every one of them is there and every result of ``plan`` is one of ``inner``'s."""
-    by_name = {p.spec.name: p.primal for p in plan.params}
+    name: ``by_name`` holds ``plan``'s bindings), or None unless every one of them is there and every result of
+    ``plan`` is one of ``inner``'s."""
     maps: tuple[dict[int, int], dict[int, int]] = ({}, {})
     for p in inner.params:
         b = p.primal

@@ -19,6 +19,7 @@ import jarp.warp
 from jarp.warp._ffi import _checking, _executors
 from jarp.warp._plan import _builder
 from jarp.warp._plan._analysis import _races, _writes
+from tests.support import kernels_geometry as kg
 
 N = 64
 
@@ -85,6 +86,33 @@ def test_verdicts_that_hold_pass_in_checking_mode(checking: None) -> None:
     )
     np.testing.assert_allclose(np.asarray(grad), 2.0 * np.arange(N))
     assert _checked_executors(), "the launches did not go through the checked executor"
+
+
+def test_every_checked_call_comes_to_the_checked_executor(checking: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no launch descriptor for the native handler: a kernel's calls and those of a call given a mesh (a callable the
+    # handler could otherwise run itself) are each checked, every time
+    runs: list[str] = []
+    for cls in (_checking.CheckedCpuKernelExecutor, _checking.CheckedCpuCallableExecutor):
+        original = cls.run
+
+        def counted(self: object, frame: int, original: object = original, name: str = cls.__name__) -> None:
+            runs.append(name)
+            original(self, frame)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, "run", counted)
+    x = jnp.arange(N, dtype=jnp.float32)
+    f = jax.jit(jarp.warp.jax_kernel(scaled, num_outputs=1))
+    points = jnp.asarray([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    queries = jnp.asarray([[0.2, 0.2, 1.0], [0.5, 0.1, -1.0]])
+    g = jax.jit(
+        lambda p: jarp.warp.jax_kernel(kg.closest_distance)(jarp.warp.Mesh(points=p, indices=[[0, 1, 2]]), queries)[0]
+    )
+    for k in range(3):
+        f(x + k)[0].block_until_ready()
+        lifted = points.at[:, 2].add(float(k))  # the triangle raised by k: distances |1 - k|, 1 + k
+        np.testing.assert_allclose(np.asarray(g(lifted)), [abs(1.0 - k), 1.0 + k], rtol=1e-6, atol=1e-6)
+    assert runs.count("CheckedCpuKernelExecutor") == 3
+    assert runs.count("CheckedCpuCallableExecutor") == 3
 
 
 def test_toggling_rebuilds_the_executors(not_checking: None) -> None:

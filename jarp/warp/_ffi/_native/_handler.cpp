@@ -904,26 +904,26 @@ uint64_t prepare_mesh_of(const StructSpec& s, StructState* st, char* const* buff
   return st->id[e];
 }
 
-// Whether a mesh's indices in one batch slice all name one of its points (checked for every slice before any
-// is launched: a call the Python path must explain has written nothing).
-bool mesh_indices_valid(const StructSpec& s, char* const* buffers) {
+// Call ``f`` with a mesh's index buffer as its scalar type (its ``index_type``); ``fallback`` for an unknown one.
+template <typename F, typename R>
+R with_indices(const StructSpec& s, const char* indices, R fallback, F f) {
   switch (s.index_type) {
-    case 0: return indices_in_range(reinterpret_cast<const int32_t*>(buffers[1]), s.nindices, s.count);
-    case 1: return indices_in_range(reinterpret_cast<const int64_t*>(buffers[1]), s.nindices, s.count);
-    case 2: return indices_in_range(reinterpret_cast<const uint32_t*>(buffers[1]), s.nindices, s.count);
-    case 3: return indices_in_range(reinterpret_cast<const uint64_t*>(buffers[1]), s.nindices, s.count);
-    default: return false;
+    case 0: return f(reinterpret_cast<const int32_t*>(indices));
+    case 1: return f(reinterpret_cast<const int64_t*>(indices));
+    case 2: return f(reinterpret_cast<const uint32_t*>(indices));
+    case 3: return f(reinterpret_cast<const uint64_t*>(indices));
+    default: return fallback;
   }
 }
 
+// Whether a mesh's indices in one batch slice all name one of its points (checked for every slice before any
+// is launched: a call the Python path must explain has written nothing).
+bool mesh_indices_valid(const StructSpec& s, char* const* buffers) {
+  return with_indices(s, buffers[1], false, [&](auto src) { return indices_in_range(src, s.nindices, s.count); });
+}
+
 uint64_t prepare_mesh(const StructSpec& s, StructState* st, char* const* buffers) {
-  switch (s.index_type) {
-    case 0: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const int32_t*>(buffers[1]));
-    case 1: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const int64_t*>(buffers[1]));
-    case 2: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const uint32_t*>(buffers[1]));
-    case 3: return prepare_mesh_of(s, st, buffers, reinterpret_cast<const uint64_t*>(buffers[1]));
-    default: return 0;
-  }
+  return with_indices(s, buffers[1], uint64_t(0), [&](auto src) { return prepare_mesh_of(s, st, buffers, src); });
 }
 
 uint64_t prepare_bvh(const StructSpec& s, StructState* st, char* const* buffers) {
