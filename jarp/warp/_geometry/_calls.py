@@ -125,7 +125,7 @@ class Launcher(eqx.Module):
                 return None
             kind, constructor, leaf_size, winding = settings
             name = plan.params[i].spec.name
-            arrays = tuple(f"{name}__{f}" if f in recipe.arrays else None for f in recipe.kind.array_fields())
+            arrays = tuple(operand_name(name, f) if f in recipe.arrays else None for f in recipe.kind.array_fields())
             structures.append(StructureOperands(name, kind, arrays, winding, constructor, leaf_size))
         return NativeLaunch(plan, tuple(structures))
 
@@ -194,6 +194,12 @@ def _warp_object(built: object) -> object:
     return built
 
 
+def operand_name(param: str, field: str) -> str:
+    """The inner callable's parameter that passes array ``field`` of the structure given for ``param`` (`expand`;
+    the native launch finds the structure's buffers by it, `Launcher.jarp_native_launch`)."""
+    return f"{param}__{field}"
+
+
 def expand(
     params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], what: str
 ) -> tuple[tuple[tuple[int, Recipe] | None, ...], tuple[tuple[str, Any], ...], tuple[Any, ...]]:
@@ -218,7 +224,7 @@ def expand(
         recipe = value.recipe(f"{what}: the jarp.warp.{type(value).__name__} given for {name!r}")
         groups.append((i, recipe))
         for field, array, field_type in value.operands():
-            new_params.append((f"{name}__{field}", field_type))
+            new_params.append((operand_name(name, field), field_type))
             new_args.append(array)
     return tuple(groups), tuple(new_params), tuple(new_args)
 
