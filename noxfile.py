@@ -36,10 +36,14 @@ BASEDPYRIGHT = "basedpyright>=1.40,<1.41"
 # Hypothesis's fixed-seed profile (tests/conftest.py): the same examples on every run, so that CI (which runs this
 # session through .ci/run) is repeatable. JARP_HYPOTHESIS_PROFILE=default brings back the random search.
 HYPOTHESIS = {"JARP_HYPOTHESIS_PROFILE": os.environ.get("JARP_HYPOTHESIS_PROFILE") or "ci"}
+# Bytecode caching on for the test runs (Python reads an empty PYTHONDONTWRITEBYTECODE as unset): on a machine that
+# turns it off, every pytest worker and every child process a test starts would compile jarp and the tests again, and
+# pytest would rewrite the asserts of every test module again, about 3 s of each process's start.
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 # Keep a developer's own JAX precision setting out of the float32 runs.
-FLOAT32 = {"JAX_ENABLE_X64": "0"}
+FLOAT32 = {"JAX_ENABLE_X64": "0", **BYTECODE}
 # Checking mode (every CPU launch verifies the analysis's verdicts) and the lock-order check.
-CHECKING = {**HYPOTHESIS, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
+CHECKING = {**HYPOTHESIS, **BYTECODE, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
 # pytest-xdist: one worker process per CPU, each test file on one worker (a file's tests share its Warp module
 # builds and its fixtures). Most of the suite's time is single-threaded (Warp builds, subprocesses), so two cores
 # take about 0.57 of the serial time. `nox -s tests -- -n 0` runs serially.

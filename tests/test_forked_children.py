@@ -138,3 +138,18 @@ def test_a_random_hash_seed_gets_a_fresh_interpreter() -> None:
     code = "print(hash('jarp'))"
     seeds = {forked.run([sys.executable, "-c", code], env=_env(PYTHONHASHSEED="random")).stdout for _ in range(2)}
     assert len(seeds) == 2
+
+
+def test_children_differing_only_in_jarps_variables_share_a_server() -> None:
+    # jarp is not preloaded: it reads its variables in the child, so those need no server of their own
+    code = "import os; print(os.environ.get('JARP_FORK_PROBE'))"
+    before = set(forked._servers)
+    outs = [forked.run([sys.executable, "-c", code], env=_env(JARP_FORK_PROBE=v), timeout=60).stdout for v in "ab"]
+    assert outs == ["a\n", "b\n"]
+    assert len(set(forked._servers) - before) <= 1
+    fresh = forked.run(
+        [sys.executable, "-c", "import jarp.warp as jw; print(jw.cpu_threads())"],
+        env=_env(JARP_CPU_THREADS="3"),
+        timeout=120,
+    )
+    assert fresh.stdout.split()[-1] == "3", fresh.stderr[-2000:]

@@ -51,6 +51,9 @@ PRELOAD = ("numpy", "jax", "jax.numpy", "warp", "equinox", "jaxtyping")
 #: Variables the child applies itself: read by the interpreter at start-up, not by the preloaded modules, or (pytest's
 #: name of the running test) different in every test. The server is chosen by the rest of the environment.
 _APPLIED_IN_CHILD = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST")
+#: jarp's own variables: jarp is not preloaded, so it reads them in the child (children that differ only in these
+#: share a server instead of each starting one).
+_APPLIED_IN_CHILD_PREFIX = "JARP_"
 ENV = "JARP_TESTS_FORK"
 
 _servers: dict[frozenset[tuple[str, str]], _Server] = {}
@@ -205,7 +208,8 @@ def _parse(args: Sequence[str]) -> tuple[str, str, list[str], bool] | None:
 
 
 def _server(env: Mapping[str, str]) -> _Server:
-    own = {k: v for k, v in env.items() if k not in _APPLIED_IN_CHILD}  # the server's environment names it
+    # the server's environment names it
+    own = {k: v for k, v in env.items() if k not in _APPLIED_IN_CHILD and not k.startswith(_APPLIED_IN_CHILD_PREFIX)}
     key = frozenset(own.items())
     with _servers_lock:
         server = _servers.get(key)

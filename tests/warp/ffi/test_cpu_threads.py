@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -28,6 +27,7 @@ from hypothesis import strategies as st
 
 import jarp.warp as jw
 from jarp.warp._ffi import _native, _threads
+from tests.support import forked
 from tests.support.kernels_tiles import tile_copy
 from tests.support.paths import REPO
 
@@ -111,7 +111,7 @@ def test_set_cpu_linger_us_round_trips_and_reaches_the_handler(linger: Callable[
 
 def test_the_linger_environment_variable_sets_the_default() -> None:
     code = "import jarp.warp as jw; print(jw.cpu_linger_us())"
-    run = functools.partial(subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    run = functools.partial(forked.run, [sys.executable, "-c", code], timeout=120)
     assert run(env={**os.environ, "JARP_CPU_LINGER_US": "0"}).stdout.split()[-1] == "0"
     assert run(env={k: v for k, v in os.environ.items() if k != "JARP_CPU_LINGER_US"}).stdout.split()[-1] == "100"
     bad = run(env={**os.environ, "JARP_CPU_LINGER_US": "soon"})
@@ -129,7 +129,7 @@ def test_set_cpu_threads_round_trips(restore_threads: None) -> None:
 def test_the_environment_variable_sets_the_cap(value: str, expected: str) -> None:
     code = "import jarp.warp as jw; print(jw.cpu_threads())"
     env = {**os.environ, _threads.ENV: value, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO, check=False)
+    proc = forked.run([sys.executable, "-c", code], env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == expected
 
@@ -137,7 +137,7 @@ def test_the_environment_variable_sets_the_cap(value: str, expected: str) -> Non
 def test_a_bad_environment_variable_names_itself() -> None:
     code = "import jarp.warp as jw; jw.cpu_threads()"
     env = {**os.environ, _threads.ENV: "many", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO, check=False)
+    proc = forked.run([sys.executable, "-c", code], env=env, cwd=REPO, timeout=120)
     assert proc.returncode != 0
     assert "JARP_CPU_THREADS='many' must be a whole number >= 0" in proc.stderr
 
@@ -403,7 +403,7 @@ def test_the_cap_reaches_a_fresh_process_handler() -> None:
         """
     )
     env = {**os.environ, _threads.ENV: "1", "JAX_PLATFORMS": "cpu", _native.ENV: "native"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO, check=False)
+    proc = forked.run([sys.executable, "-c", code], env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "0"
 

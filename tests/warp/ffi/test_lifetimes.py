@@ -32,6 +32,11 @@ from tests.support.kernels_lifetimes import make_scale_kernel
 pytestmark = pytest.mark.launch_paths  # also run on the Python launch path (noxfile.py)
 
 
+# Kernels dropped per test: any one kept by jarp fails the count at the end, and a cache growing by one a call shows
+# from the third on; `test_memory_is_bounded_over_110_create_call_drop_cycles` runs the long series.
+CYCLES = 4
+
+
 def _alive(refs: list[weakref.ref[Any]]) -> int:
     gc.collect()
     return sum(r() is not None for r in refs)
@@ -51,7 +56,7 @@ def _alive_settled(refs: list[weakref.ref[Any]], at_most: int = 2, seconds: floa
 def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
-    for i in range(1, 9):
+    for i in range(1, CYCLES + 1):
         kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         m = jax_kernel(kernel, enable_backward=how == "grad")
@@ -73,8 +78,8 @@ def test_dropped_kernels_are_released_as_warp_releases_them(how: str) -> None:
     jax.clear_caches()
     # Warp keeps the latest kernel of each key in its module, and the kernels its last build saw until the
     # module changes: one more kernel of each key replaces them. jarp then keeps none of the dropped ones.
-    (y,) = jax_kernel(make_scale_kernel(9))(x)
-    (z,) = jax_kernel(_runtime_scalar_kernel(9))(x, jnp.float32(2))
+    (y,) = jax_kernel(make_scale_kernel(CYCLES + 1))(x)
+    (z,) = jax_kernel(_runtime_scalar_kernel(CYCLES + 1))(x, jnp.float32(2))
     np.testing.assert_array_equal(z, np.arange(4.0) * 2)
     del y, z
     assert _alive(refs) == 0
@@ -87,7 +92,7 @@ def test_kernels_differentiated_under_jit_grad_are_released(runs: str) -> None:
     # the module changes again, so one strong cache of plans keeps every kernel differentiated since.
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
-    for i in range(1, 7):
+    for i in range(1, CYCLES + 1):
         kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         if runs == "kernel":
@@ -124,7 +129,7 @@ def test_dropped_kernels_are_released_without_clearing_jax_caches() -> None:
     # Each call's executable goes with its module; its plan is released at the next trace.
     x = jnp.arange(4.0, dtype=jnp.float32)
     refs = []
-    for i in range(1, 9):
+    for i in range(1, CYCLES + 1):
         kernel = make_scale_kernel(i)
         refs.append(weakref.ref(kernel))
         (y,) = jax_kernel(kernel)(x)

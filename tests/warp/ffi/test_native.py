@@ -24,6 +24,7 @@ import pytest
 from jarp.warp import jax_callable, jax_kernel
 from jarp.warp._ffi import _native, _target
 from jarp.warp._ffi._native import _handler
+from tests.support import forked
 from tests.support import kernels as k
 from tests.support import kernels_struct as ks
 from tests.support.lowered import custom_calls
@@ -228,9 +229,7 @@ def test_a_failed_build_warns_once_and_falls_back(tmp_path: Path) -> None:
         """
     )
     env = {key: value for key, value in os.environ.items() if key != _native.ENV}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fallback ok" in proc.stdout
 
@@ -239,9 +238,7 @@ def test_an_unknown_launch_path_is_refused() -> None:
     script = "import jax.numpy as jnp\nfrom jarp.warp import jax_kernel\nfrom tests.support import kernels as k\n"
     script += "jax_kernel(k.triple_kernel)(jnp.ones(2))\n"
     env = dict(os.environ, **{_native.ENV: "fast"})
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=env, timeout=300)
     assert proc.returncode != 0
     assert "JARP_LAUNCH='fast' is not a launch path; use 'native' (the default) or 'python'" in proc.stderr
 
@@ -286,9 +283,7 @@ def test_after_the_exit_hook_only_prepared_plans_run() -> None:
             print("refused:", e)
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=300
-    )
+    proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused:" in proc.stdout, proc.stdout[-2000:]
     assert "the Python interpreter is exiting" in proc.stdout, proc.stdout[-2000:]
@@ -313,9 +308,7 @@ def test_an_exit_hook_registered_after_importing_jarp_can_still_run_new_plans() 
         np.testing.assert_allclose(jax.jit(lambda x: m(x)[0])(jnp.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=300
-    )
+    proc = forked.run([sys.executable, "-c", script], cwd=REPO, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "at exit: [0.0, 3.0, 6.0, 9.0]" not in proc.stdout  # guards against a stale first result
     assert "at exit: [0.0, 3.0, 6.0]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

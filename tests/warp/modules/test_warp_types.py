@@ -11,6 +11,7 @@ arrays of 1 to 4 dims. Values are checked against ``wp.launch`` of the same kern
 from __future__ import annotations
 
 import math
+import re
 import types
 from typing import Any
 
@@ -243,7 +244,10 @@ def test_callable_parameters(name: str):
 
 def _struct_kernel(dtype: Any, name: str) -> tuple[Any, wp.Kernel]:
     """A struct with an array field of ``dtype`` and a kernel copying it out (both built for this type)."""
-    holder = type(f"Holder_{len(name)}_{abs(hash(name))}", (), {"__annotations__": {"v": wp.array(dtype=dtype)}})
+    # names and a module of its own that are the same in every run: Warp's kernel cache then holds the build
+    # (a name that changes per process, or one module growing a kernel per type, rebuilds at every launch)
+    tag = re.sub(r"\W", "_", name)
+    holder = type(f"Holder_{tag}", (), {"__annotations__": {"v": wp.array(dtype=dtype)}})
     struct = wp.struct(holder)
 
     def body(s, b):
@@ -252,7 +256,7 @@ def _struct_kernel(dtype: Any, name: str) -> tuple[Any, wp.Kernel]:
 
     func = types.FunctionType(body.__code__, body.__globals__, "struct_copy")
     func.__annotations__ = {"s": struct, "b": wp.array(dtype=dtype)}
-    kernel = wp.Kernel(func, key=f"struct_copy_{holder.__name__}", module=wp.get_module(f"{__name__}_structs"))
+    kernel = wp.Kernel(func, key=f"struct_copy_{holder.__name__}", module=wp.get_module(f"{__name__}_structs_{tag}"))
     return struct, kernel
 
 
