@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import jax
 import pytest
@@ -61,7 +62,38 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: The markers `nox -s tests` runs on their own (``-m x64``, ``-m launch_paths``). Such a run imports only the test
+#: files that spell the marker (``mark.x64``): importing the whole suite on each worker took about 10 s a run, and
+#: every marked test of the suite is in such a file (`unnamed_markers`, checked by tests/test_marker_runs.py).
+MARKER_RUNS = ("x64", "launch_paths")
+UNNAMED_MARKERS = pytest.StashKey[list[str]]()
+
+
+def names_marker(path: Path, marker: str) -> bool:
+    """Whether the test file at ``path`` spells ``marker`` as a mark (``mark.<marker>``)."""
+    return f"mark.{marker}" in path.read_text(encoding="utf-8")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    marker = (config.getoption("markexpr") or "").strip()
+    is_test_file = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if marker in MARKER_RUNS and is_test_file and not names_marker(collection_path, marker):
+        return True
+    return None  # pytest's own rules decide
+
+
+def unnamed_markers(items: list[pytest.Item]) -> list[str]:
+    """The tests carrying a marker of `MARKER_RUNS` whose file does not spell it (a run of that marker would miss them)."""
+    return [
+        f"{item.nodeid} ({marker})"
+        for item in items
+        for marker in MARKER_RUNS
+        if item.get_closest_marker(marker) is not None and not names_marker(item.path, marker)
+    ]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[UNNAMED_MARKERS] = unnamed_markers(items)  # before the other precision's tests are left out
     x64 = bool(jax.config.jax_enable_x64)
     slow = "slow" in (config.getoption("markexpr") or "")  # else the slow tests are left out
     selected, deselected = [], []

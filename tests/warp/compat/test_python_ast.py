@@ -51,14 +51,14 @@ def test_parses_from_many_threads_while_warp_defines_kernels():
     outside_errors = [0]
 
     def jarp_parses() -> None:
-        for _ in range(60):
+        for _ in range(30):
             try:
                 assert _syntax.parse_function(_SOURCE) is not None
             except BaseException as e:
                 failures.append(e)
 
     def outside_parses() -> None:
-        for _ in range(60):
+        for _ in range(30):
             try:
                 ast.parse(_SOURCE)
             except SystemError:
