@@ -1,11 +1,12 @@
 """Project automation: `python3 -m pip install nox && python3 -m nox -s <session>`.
 
 Sessions:
-    tests    the test suite (CI runs it): a float32 process, a `JAX_ENABLE_X64=1` process running the `x64` tests,
-             the bridge tests (marked `launch_paths`) again on the Python launch path (`JARP_LAUNCH=python`), the
-             last two in checking mode (`JARP_CHECKING=1`)
-    tests_full  `tests`, then the float32 suite again in checking mode and the `slow` tests (the whole verdict
-             sweep over Warp's own kernels, in shards, and the cross-checks over every kernel of the suite)
+    tests    the test suite (CI runs it): a float32 process on jarp's native launch path, then a
+             `JAX_ENABLE_X64=1` process running the `x64` tests on the Python launch path (`JARP_LAUNCH=python`)
+             in checking mode (`JARP_CHECKING=1`)
+    tests_full  `tests`, then the bridge tests (marked `launch_paths`) again on the Python launch path, the float32
+             suite again in checking mode and the `slow` tests (the whole verdict sweep over Warp's own kernels, in
+             shards, and the cross-checks over every kernel of the suite)
     lint     ruff check, ruff format --check, and basedpyright (pyright's checks) over jarp/
     docs     mkdocs build --strict (the site lands in ./site)
     example  examples/fit_stiffness.py, the flagship example (extra arguments after `--` go to the script)
@@ -44,6 +45,8 @@ BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 FLOAT32 = {"JAX_ENABLE_X64": "0", **BYTECODE}
 # Checking mode (every CPU launch verifies the analysis's verdicts) and the lock-order check.
 CHECKING = {**HYPOTHESIS, **BYTECODE, "JARP_CHECKING": "1", "JARP_LOCK_ORDER": "check"}
+# ... on the Python launch path, the process-wide fallback where the native handler cannot be built.
+PYTHON_PATH = {**CHECKING, "JARP_LAUNCH": "python"}
 # pytest-xdist: one worker process per CPU, each test file on one worker (a file's tests share its Warp module
 # builds and its fixtures). Most of the suite's time is single-threaded (Warp builds, subprocesses), so two cores
 # take about 0.57 of the serial time. `nox -s tests -- -n 0` runs serially.
@@ -53,38 +56,30 @@ SLOW_WORKERS = ["-n", "auto", "--dist", "load"]
 
 
 def _quick_runs(session: nox.Session) -> dict[str, list[int]]:
-    """The runs of `tests`: the float32 suite on jarp's native path, the float64 tests and the bridge tests again on
-    the Python launch path, the last two in checking mode. Returns what a later run passes to ``session.run``."""
+    """The runs of `tests`: the float32 suite on jarp's native path, then the float64 tests on the Python launch path
+    in checking mode. Returns what a later run passes to ``session.run``."""
     session.install("-e", ".[test]")
     # arguments that narrow the runs (a file, -k) may leave a run without a test of its marker: exit code 5 passes then
     narrowed = {"success_codes": [0, 5]} if session.posargs else {}
     session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS})
-    # The float64 tests and the bridge tests on the Python path run in checking mode: every CPU launch verifies what
-    # the analysis said of its kernel (inputs unchanged, skipped fills, split launches); the tests of the native
-    # handler and of split launches themselves run unchecked (their marker turns the mode off). Every lock checks its
-    # place in the lock order too (jarp.warp._upstream._locks: a lock taken out of order raises).
-    session.run("pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **CHECKING}, **narrowed)
+    # The float64 tests run on the Python launch path (as where the native handler cannot be built) in checking mode:
+    # every CPU launch verifies what the analysis said of its kernel (inputs unchanged, skipped fills, split launches),
+    # and every lock its place in the lock order (jarp.warp._upstream._locks: a lock taken out of order raises).
     session.run(
-        "pytest",
-        *WORKERS,
-        "-m",
-        "launch_paths",
-        *session.posargs,
-        env={**FLOAT32, **CHECKING, "JARP_LAUNCH": "python"},
-        **narrowed,
+        "pytest", *WORKERS, "-m", "x64", *session.posargs, env={"JAX_ENABLE_X64": "1", **PYTHON_PATH}, **narrowed
     )
     return narrowed
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (what CI runs): a float32 process, the `x64` tests in a float64 process and the bridge tests on the Python path, both in checking mode.
+    """Run the test suite (what CI runs): a float32 process, then the `x64` tests on the Python path in checking mode.
 
-    Kernels launch through jarp's native FFI handler by default; the `launch_paths` tests run once more with
-    `JARP_LAUNCH=python`, the path jarp falls back to where the handler cannot be built. The second and third runs
-    are in checking mode (`JARP_CHECKING=1`, `JARP_LOCK_ORDER=check`): every CPU launch verifies the analysis's
-    verdicts on its kernel, and every lock its place in the lock order. `tests_full` adds the whole float32 suite in
-    checking mode and the whole verdict sweep over Warp's own kernels (the `slow` tests).
+    Kernels launch through jarp's native FFI handler by default. The float64 process runs with `JARP_LAUNCH=python`,
+    the path jarp falls back to where the handler cannot be built, in checking mode (`JARP_CHECKING=1`,
+    `JARP_LOCK_ORDER=check`): every CPU launch verifies the analysis's verdicts on its kernel, and every lock its
+    place in the lock order. `tests_full` adds the bridge tests (`launch_paths`) on the Python path, the whole
+    float32 suite in checking mode and the whole verdict sweep over Warp's own kernels (the `slow` tests).
 
     Hypothesis runs derandomised (the `ci` profile of tests/conftest.py) unless `JARP_HYPOTHESIS_PROFILE` says
     otherwise. Each run spreads the test files over one pytest-xdist worker per CPU (`-- -n 0`: serially).
@@ -96,15 +91,18 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests_full(session: nox.Session) -> None:
-    """Run `tests`, then the float32 suite again in checking mode, then the `slow` tests (before a release).
+    """Run `tests`, then the bridge tests on the Python path, the float32 suite in checking mode and the `slow` tests.
 
-    The checking-mode run makes every kernel of the suite a cross-check of the analysis (the tests of the native
+    Before a release. The bridge tests (marked `launch_paths`) run again with `JARP_LAUNCH=python`, in checking mode;
+    the checking-mode run makes every kernel of the suite a cross-check of the analysis (the tests of the native
     handler and of split launches, marked `native_launches`, run unchecked); the `slow` tests (left out of the other
     runs by tests/conftest.py) are the shards of the verdict sweep over Warp's own kernels
     (tests/warp/compat/test_warp_kernel_verdicts.py) and the cross-checks over every kernel of the suite. About 20
     minutes on 2 cores with Warp's kernel cache warm, three times `tests`.
     """
     narrowed = _quick_runs(session)
+    # the bridge tests (marked `launch_paths`) again on the Python launch path, in checking mode
+    session.run("pytest", *WORKERS, "-m", "launch_paths", *session.posargs, env={**FLOAT32, **PYTHON_PATH}, **narrowed)
     session.run(
         "pytest", *WORKERS, "-m", "not native_launches", *session.posargs, env={**FLOAT32, **CHECKING}, **narrowed
     )

@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "x64: runs only in the JAX_ENABLE_X64=1 process (float64 tests)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU visible to Warp and JAX; skipped elsewhere")
     config.addinivalue_line(
-        "markers", "launch_paths: runs again with JARP_LAUNCH=python (the Python launch path) in `nox -s tests`"
+        "markers", "launch_paths: runs again with JARP_LAUNCH=python (the Python launch path) in `nox -s tests_full`"
     )
     config.addinivalue_line(
         "markers",
@@ -62,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: The markers `nox -s tests` runs on their own (``-m x64``, ``-m launch_paths``). Such a run imports only the test
+#: The markers nox runs on their own (``-m x64``, ``-m launch_paths``). Such a run imports only the test
 #: files that spell the marker (``mark.x64``): importing the whole suite on each worker took about 10 s a run, and
 #: every marked test of the suite is in such a file (`unnamed_markers`, checked by tests/test_marker_runs.py).
 MARKER_RUNS = ("x64", "launch_paths")
