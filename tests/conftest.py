@@ -17,6 +17,7 @@ already), else ``ci`` when ``CI`` is set (to anything but empty, ``0`` or ``fals
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -104,6 +105,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection imported (JAX, Warp, the test modules and their kernels) lives until the run ends: out of the
+    # collector's sight, a full collection (Python's own, and the lifetime tests' gc.collect()) walks only what the
+    # tests made since. About a fifth of the time of a file run after others here; nothing made by a test is frozen.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
