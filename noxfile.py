@@ -98,7 +98,7 @@ def tests_full(session: nox.Session) -> None:
     handler and of split launches, marked `native_launches`, run unchecked); the `slow` tests (left out of the other
     runs by tests/conftest.py) are the shards of the verdict sweep over Warp's own kernels
     (tests/warp/compat/test_warp_kernel_verdicts.py) and the cross-checks over every kernel of the suite. About 20
-    minutes on 2 cores with Warp's kernel cache warm, three times `tests`.
+    minutes on 2 cores with Warp's kernel cache warm.
     """
     narrowed = _quick_runs(session)
     # the bridge tests (marked `launch_paths`) again on the Python launch path, in checking mode
