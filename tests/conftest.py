@@ -17,6 +17,7 @@ already), else ``ci`` when ``CI`` is set (to anything but empty, ``0`` or ``fals
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 from collections.abc import Iterator, Mapping
@@ -70,6 +71,7 @@ MARKER_RUNS = ("x64", "launch_paths")
 UNNAMED_MARKERS = pytest.StashKey[list[str]]()
 
 
+@functools.cache  # asked once per marked test of a file
 def names_marker(path: Path, marker: str) -> bool:
     """Whether the test file at ``path`` spells ``marker`` as a mark (``mark.<marker>``)."""
     return f"mark.{marker}" in path.read_text(encoding="utf-8")
