@@ -2,8 +2,8 @@
 
 Kernel plans run through a C++ XLA FFI handler once Python has prepared and published their launch
 descriptor (at a plan's first call on a device); callables, and any frame the handler does not recognise,
-go to the Python callback. The suite runs its float64 tests, and in ``nox -s tests_full`` the bridge tests, with ``JARP_LAUNCH=python`` (see
-``noxfile.py``); this file checks what differs between the paths.
+go to the Python callback. The suite runs its float64 tests, and in ``nox -s tests_full`` the bridge tests, with
+``JARP_LAUNCH=python`` (see ``noxfile.py``); this file checks what differs between the paths.
 """
 
 from __future__ import annotations
