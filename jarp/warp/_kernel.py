@@ -199,21 +199,24 @@ class JaxKernel(AbstractWarpModule):
             )
         if self.arg_types_factory is not None and not callable(self.arg_types_factory):
             raise TypeError(f"{_WHAT}: arg_types_factory must be callable, got {self.arg_types_factory!r}.")
-        sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
-        # A generic kernel is judged per overload, on the code Warp generates for it (`_target_for`)
-        concrete = [self.kernel] if not self.kernel.is_generic else _warp_kernels.overloads(self.kernel)
-        for target in concrete:
-            _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
-        if self.enable_backward and sig.num_in_out:
-            # what Warp compiles: an overwrite in a branch it folds away is none
-            stored = _analysis.plainly_stored(_names.compiled_source(self.kernel), tuple(p.name for p in sig.in_out))
-            if stored:
-                raise ValueError(
-                    f"{_WHAT}: in_out_argnames {list(stored)} are overwritten (`a[i] = ...`) by kernel "
-                    f"{self.kernel.key!r}, and Warp's adjoint cannot differentiate overwrites "
-                    "(enable_backward=True). Accumulate into them instead (`a[i] += ...`, wp.atomic_add), make them "
-                    "pure outputs, or drop enable_backward."
+        with _warp_kernels.one_code_version():  # the checks below judge one version of the code
+            sig = _signature(self.kernel, self.num_outputs, self.in_out_argnames)
+            # A generic kernel is judged per overload, on the code Warp generates for it (`_target_for`)
+            concrete = [self.kernel] if not self.kernel.is_generic else _warp_kernels.overloads(self.kernel)
+            for target in concrete:
+                _check_writes(target, _signature(target, self.num_outputs, self.in_out_argnames), _WHAT)
+            if self.enable_backward and sig.num_in_out:
+                # what Warp compiles: an overwrite in a branch it folds away is none
+                stored = _analysis.plainly_stored(
+                    _names.compiled_source(self.kernel), tuple(p.name for p in sig.in_out)
                 )
+                if stored:
+                    raise ValueError(
+                        f"{_WHAT}: in_out_argnames {list(stored)} are overwritten (`a[i] = ...`) by kernel "
+                        f"{self.kernel.key!r}, and Warp's adjoint cannot differentiate overwrites "
+                        "(enable_backward=True). Accumulate into them instead (`a[i] += ...`, wp.atomic_add), make them "
+                        "pure outputs, or drop enable_backward."
+                    )
         if self.kernel.is_generic and self.arg_types_factory is None:
             raise TypeError(
                 f"{_WHAT}: kernel {self.kernel.key!r} is generic (has Any-typed parameters); pass "

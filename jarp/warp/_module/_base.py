@@ -37,7 +37,7 @@ from .._plan._binding import BoundCall, bind_arguments
 from .._plan._normalize import check_vmap_method, normalize_output_dims
 from .._plan._signature import Signature
 from .._plan._values import Plan
-from .._upstream import _warp_launches
+from .._upstream import _warp_kernels, _warp_launches
 from . import _eager
 
 
@@ -119,7 +119,8 @@ class AbstractWarpModule(eqx.Module):
         target = self._target_for(args)
         what = self._label(target)
         bound = bind_arguments(self._signature(target), args, what=what, runtime_scalars=self._runtime_scalars)
-        plan = self._plan(target, bound, options, what)
+        with _warp_kernels.one_code_version():  # a plan is drawn from one version of its code, hashed once
+            plan = self._plan(target, bound, options, what)
         vmap_method = options.get("vmap_method")
         config = CallConfig(check_vmap_method(self.vmap_method if vmap_method is None else vmap_method, what))
         out = _adjoint.launch(plan, config, bound.operands, self.enable_backward)

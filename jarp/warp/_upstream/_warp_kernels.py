@@ -12,9 +12,11 @@ Part of the upstream stage (its ``__init__`` lists the modules): `check_internal
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
 
 import warp as wp
 from warp._src.codegen import _TID_MAX_EXTENT, _codegen_lock
@@ -186,6 +188,55 @@ _hashes_alone: weakref.WeakKeyDictionary[wp.Kernel, dict[int, bytes]] = weakref.
 _hash_orderings: weakref.WeakKeyDictionary[wp.Kernel, set[tuple[bytes, bytes]]] = weakref.WeakKeyDictionary()
 
 
+# What one planning step (`one_code_version`) has computed from the code of its kernels, by key; None outside one.
+_version_memo: contextvars.ContextVar[dict[Hashable, Any] | None] = contextvars.ContextVar(
+    "jarp_version_memo", default=None
+)
+
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def one_code_version() -> Iterator[None]:
+    """Within the block, a kernel's code is hashed once (`current_code_hash`) and what `per_code_version` computes
+    from it is computed once: everything a plan is drawn from sees one version of the code.
+
+    Building one plan asks for the hash of its kernel about six times (each analysis checks that its verdict is of
+    the code as it stands), and hashing is a fraction of a millisecond to a few: a tenth of a first call's own
+    cost. A name rebound by another thread meanwhile is seen by the next planning step, as it would be if the
+    rebinding had come a moment later. Re-entrant: an inner block shares the outer one's results. Per thread
+    (a context variable).
+
+    Example:
+        ```python
+        with one_code_version():
+            assert current_code_hash(kernel) == current_code_hash(kernel)  # hashed once
+        ```
+    """
+    if _version_memo.get() is not None:
+        yield
+        return
+    token = _version_memo.set({})
+    try:
+        yield
+    finally:
+        _version_memo.reset(token)
+
+
+def per_code_version(key: Hashable, compute: Callable[[], _T]) -> _T:
+    """``compute()``, once per ``key`` within a `one_code_version` block (every time outside one).
+
+    For what is drawn from a kernel's code as it stands and would otherwise be drawn again by each analysis of one
+    plan; ``key`` names the computation and its inputs (``("compiled_source", kernel)``).
+    """
+    memo = _version_memo.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check: bool = True) -> str | None:
     """Warp's content hash of ``kernel``'s code as it stands: what the next build of its module compiles for it.
 
@@ -203,7 +254,8 @@ def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check:
         block_dim: the block dim of the module build whose hash it is, as resolved for its device
             (`resolve_block_dim`); None: the CPU's default.
         check: hash afresh (a fraction of a millisecond to a few: for planning and loading, never per call) and
-            compare with Warp's as above; without it, the hash as of the last look with it (a lookup).
+            compare with Warp's as above, once per `one_code_version` block; without it, the hash as of the last
+            look with it (a lookup).
 
     Returns:
         The hash (hex); None for a generic kernel.
@@ -217,6 +269,9 @@ def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check:
         known = _hashes_alone.get(kernel, {}).get(block_dim)
         if known is not None:
             return known.hex()
+    memo = _version_memo.get()
+    if memo is not None and (kernel, block_dim) in memo:
+        return memo[kernel, block_dim].hex()
     module = kernel.module
     with _WARP_LOCK, _codegen_lock:
         hasher = module.hashers.get(block_dim)
@@ -229,6 +284,8 @@ def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check:
             if again is not None and again != alone:
                 # hashed again from the names as they are now and still different: the module hasher's order
                 _hash_orderings.setdefault(kernel, set()).add((again, alone))
+    if memo is not None:
+        memo[kernel, block_dim] = alone
     return alone.hex()
 
 

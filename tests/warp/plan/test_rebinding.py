@@ -145,3 +145,23 @@ def test_calls_hash_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
         (y,) = f(x)
     np.testing.assert_array_equal(y, 2.0 * np.arange(N))
+
+
+def test_a_plan_hashes_its_kernels_code_once_and_the_next_plan_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each analysis a plan is drawn from asks for the hash; one planning step hashes once (`one_code_version`), and
+    # the next one hashes afresh, so a rebinding between two traces is still seen.
+    hashed: list[wp.Kernel] = []
+    original = _warp_kernels._hash_alone
+
+    def counting(kernel: wp.Kernel, block_dim: int) -> bytes:
+        hashed.append(kernel)
+        return original(kernel, block_dim)
+
+    module = jax_kernel(rb.by_attribute)
+    monkeypatch.setattr(_warp_kernels, "_hash_alone", counting)
+    jax.jit(module).trace(jnp.arange(N, dtype=jnp.float32))
+    assert hashed == [rb.by_attribute]
+    rb.rebind(rb.by_attribute, helpers.overwrite)
+    with pytest.raises(ValueError, match=_WRITES_X):
+        jax.jit(module).trace(jnp.arange(N + 1, dtype=jnp.float32))
+    assert hashed == [rb.by_attribute] * 2

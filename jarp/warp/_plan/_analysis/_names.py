@@ -270,8 +270,23 @@ def compiled_source(fn: Any) -> str:
 
     The text is regenerated (``ast.unparse``), so its line numbers are not the user's. Where Warp's tree cannot be
     turned back into source (a ``wp.static`` value with no literal form), the user's own source: an analysis of it
-    sees every branch, which only makes it more careful.
+    sees every branch, which only makes it more careful. Computed once per planning step
+    (`_warp_kernels.one_code_version`): a plan's analyses each ask for it.
     """
+    text, reads = _warp_kernels.per_code_version(("compiled_source", fn), lambda: _recorded_source(fn))
+    seen = _constants_read.get()
+    if seen is not None:  # a memoised text still reports the constants its folding read
+        seen.update(reads)
+    return text
+
+
+def _recorded_source(fn: Any) -> tuple[str, frozenset[tuple[Any, str]]]:
+    with reading_constants() as read:
+        text = _compiled_source(fn)
+    return text, frozenset(read)
+
+
+def _compiled_source(fn: Any) -> str:
     source = _warp_kernels.kernel_source(fn)
     tree = function_tree(fn)
     if tree is None:
