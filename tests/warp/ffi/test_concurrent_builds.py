@@ -77,7 +77,12 @@ _CASES = [(dtype, traced) for dtype in (np.float32, np.int32, np.float16) for tr
 @pytest.mark.parametrize(
     "round_", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
 )
-def test_first_calls_of_overloads_and_variants_from_eight_threads(tmp_path: Path, round_: int) -> None:
+def test_first_calls_of_overloads_and_variants_from_eight_threads(
+    tmp_path: Path, round_: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Warp keeps a precompiled header per thread, made by the thread's first build (about 3 s here): the threads
+    # that build here each made one, which took longer than the builds themselves (19 s a round against 14 s without)
+    monkeypatch.setattr(wp.config, "use_precompiled_headers", False)
     cases = _CASES if round_ else _CASES[:4]  # two dtypes, each with and without a traced scalar
     module = _fresh_module(tmp_path)
     scale = jax_kernel(module.scale, arg_types_factory=_arg_types)
