@@ -15,10 +15,11 @@ from jax.custom_derivatives import SymbolicZero
 from .._plan import _builder, _dtypes
 from .._plan._analysis import _races
 from .._plan._values import Binding, Buffer, Param, Plan, Runs
-from .._upstream import _jax_internals
+from .._upstream import _jax_internals, _warp_kernels
 from ._primitive import CallConfig, bind, forward_mode_error
 
 
+@_warp_kernels.one_code_version()  # drawn from one version of the kernel's code, hashed once
 def adjoint_plan(plan: Plan, perturbed: frozenset[int] | None = None) -> Plan:
     """The plan of the backward launch of a forward kernel plan.
 

@@ -165,3 +165,17 @@ def test_a_plan_hashes_its_kernels_code_once_and_the_next_plan_again(monkeypatch
     with pytest.raises(ValueError, match=_WRITES_X):
         jax.jit(module).trace(jnp.arange(N + 1, dtype=jnp.float32))
     assert hashed == [rb.by_attribute] * 2
+
+
+def test_the_adjoint_plan_hashes_its_kernels_code_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[wp.Kernel] = []
+    original = _warp_kernels._hash_alone
+
+    def counting(kernel: wp.Kernel, block_dim: int) -> bytes:
+        hashed.append(kernel)
+        return original(kernel, block_dim)
+
+    module = jax_kernel(rb.by_global, enable_backward=True)
+    monkeypatch.setattr(_warp_kernels, "_hash_alone", counting)
+    jax.jit(jax.grad(lambda x: module(x)[0].sum())).trace(jnp.arange(N, dtype=jnp.float32))
+    assert hashed == [rb.by_global] * 2  # the forward plan, then the adjoint plan
