@@ -147,18 +147,25 @@ def test_calls_hash_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     np.testing.assert_array_equal(y, 2.0 * np.arange(N))
 
 
-def test_a_plan_hashes_its_kernels_code_once_and_the_next_plan_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each analysis a plan is drawn from asks for the hash; one planning step hashes once (`one_code_version`), and
-    # the next one hashes afresh, so a rebinding between two traces is still seen.
-    hashed: list[wp.Kernel] = []
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[wp.Kernel]:
+    """The kernels whose code Warp hashes (``_warp_kernels._hash_alone``) while the test runs, in order."""
+    calls: list[wp.Kernel] = []
     original = _warp_kernels._hash_alone
 
     def counting(kernel: wp.Kernel, block_dim: int) -> bytes:
-        hashed.append(kernel)
+        calls.append(kernel)
         return original(kernel, block_dim)
 
-    module = jax_kernel(rb.by_attribute)
     monkeypatch.setattr(_warp_kernels, "_hash_alone", counting)
+    return calls
+
+
+def test_a_plan_hashes_its_kernels_code_once_and_the_next_plan_again(hashed: list[wp.Kernel]) -> None:
+    # Each analysis a plan is drawn from asks for the hash; one planning step hashes once (`one_code_version`), and
+    # the next one hashes afresh, so a rebinding between two traces is still seen.
+    module = jax_kernel(rb.by_attribute)
+    hashed.clear()  # the module's construction checked the code too
     jax.jit(module).trace(jnp.arange(N, dtype=jnp.float32))
     assert hashed == [rb.by_attribute]
     rb.rebind(rb.by_attribute, helpers.overwrite)
@@ -167,15 +174,8 @@ def test_a_plan_hashes_its_kernels_code_once_and_the_next_plan_again(monkeypatch
     assert hashed == [rb.by_attribute] * 2
 
 
-def test_the_adjoint_plan_hashes_its_kernels_code_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    hashed: list[wp.Kernel] = []
-    original = _warp_kernels._hash_alone
-
-    def counting(kernel: wp.Kernel, block_dim: int) -> bytes:
-        hashed.append(kernel)
-        return original(kernel, block_dim)
-
+def test_the_adjoint_plan_hashes_its_kernels_code_once(hashed: list[wp.Kernel]) -> None:
     module = jax_kernel(rb.by_global, enable_backward=True)
-    monkeypatch.setattr(_warp_kernels, "_hash_alone", counting)
+    hashed.clear()
     jax.jit(jax.grad(lambda x: module(x)[0].sum())).trace(jnp.arange(N, dtype=jnp.float32))
     assert hashed == [rb.by_global] * 2  # the forward plan, then the adjoint plan
