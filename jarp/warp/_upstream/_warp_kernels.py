@@ -269,9 +269,11 @@ def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check:
         known = _hashes_alone.get(kernel, {}).get(block_dim)
         if known is not None:
             return known.hex()
-    memo = _version_memo.get()
-    if memo is not None and (kernel, block_dim) in memo:
-        return memo[kernel, block_dim].hex()
+    return per_code_version(("code_hash", kernel, block_dim), lambda: _hash_and_compare(kernel, block_dim)).hex()
+
+
+def _hash_and_compare(kernel: wp.Kernel, block_dim: int) -> bytes:
+    """The hash of ``kernel`` alone, kept for lookups; its module marked modified where Warp keeps another."""
     module = kernel.module
     with _WARP_LOCK, _codegen_lock:
         hasher = module.hashers.get(block_dim)
@@ -284,9 +286,7 @@ def current_code_hash(kernel: wp.Kernel, block_dim: int | None = None, *, check:
             if again is not None and again != alone:
                 # hashed again from the names as they are now and still different: the module hasher's order
                 _hash_orderings.setdefault(kernel, set()).add((again, alone))
-    if memo is not None:
-        memo[kernel, block_dim] = alone
-    return alone.hex()
+    return alone
 
 
 def _hash_alone(kernel: wp.Kernel, block_dim: int) -> bytes:
