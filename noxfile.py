@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 import nox
 
@@ -58,7 +59,7 @@ PYTHON_PATH = {**CHECKING, "JARP_LAUNCH": "python"}
 JAX_CACHE_LIMIT = 1 << 30
 
 
-def _jax_cache() -> dict[str, str]:
+def _jax_cache(session: nox.Session) -> dict[str, str]:
     where = os.environ.get("JARP_TEST_JAX_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jarp-tests", "jax"
     )
@@ -66,7 +67,15 @@ def _jax_cache() -> dict[str, str]:
         return {}
     if os.path.isdir(where) and sum(e.stat().st_size for e in os.scandir(where) if e.is_file()) > JAX_CACHE_LIMIT:
         shutil.rmtree(where, ignore_errors=True)
-    # every program, however quick to compile: the suite's many small ones are most of its compile time
+    # JAX warns at every write it cannot make, and tests that turn warnings into errors would fail on them
+    try:
+        os.makedirs(where, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as error:
+        session.warn(f"JAX's compilation cache is off for this run: {where} is not writable ({error})")
+        return {}
+    # every program, however quick to compile: the default (1 s and more) would keep few of the suite's many small ones
     return {
         "JAX_COMPILATION_CACHE_DIR": where,
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
@@ -86,7 +95,7 @@ def _quick_runs(session: nox.Session) -> dict[str, list[int]]:
     """The runs of `tests`: the float32 suite on jarp's native path, then the float64 tests on the Python launch path
     in checking mode. Returns what a later run passes to ``session.run``."""
     session.install("-e", ".[test]")
-    cache = _jax_cache()
+    cache = _jax_cache(session)
     # arguments that narrow the runs (a file, -k) may leave a run without a test of its marker: exit code 5 passes then
     narrowed = {"success_codes": [0, 5]} if session.posargs else {}
     session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS, **cache})
@@ -137,7 +146,7 @@ def tests_full(session: nox.Session) -> None:
     minutes on 2 cores with Warp's kernel cache warm.
     """
     narrowed = _quick_runs(session)
-    cache = _jax_cache()
+    cache = _jax_cache(session)
     # the bridge tests (marked `launch_paths`) again on the Python launch path, in checking mode
     session.run(
         "pytest", *WORKERS, "-m", "launch_paths", *session.posargs, env={**FLOAT32, **PYTHON_PATH, **cache}, **narrowed
