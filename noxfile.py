@@ -91,11 +91,11 @@ WORKERS = ["-n", "auto", "--dist", "loadfile"]
 SLOW_WORKERS = ["-n", "auto", "--dist", "load"]
 
 
-def _quick_runs(session: nox.Session) -> dict[str, list[int]]:
+def _quick_runs(session: nox.Session, cache: dict[str, str]) -> dict[str, list[int]]:
     """The runs of `tests`: the float32 suite on jarp's native path, then the float64 tests on the Python launch path
-    in checking mode. Returns what a later run passes to ``session.run``."""
+    in checking mode, with ``cache`` (`_jax_cache`) in their environment. Returns what a later run passes to
+    ``session.run``."""
     session.install("-e", ".[test]")
-    cache = _jax_cache(session)
     # arguments that narrow the runs (a file, -k) may leave a run without a test of its marker: exit code 5 passes then
     narrowed = {"success_codes": [0, 5]} if session.posargs else {}
     session.run("pytest", *WORKERS, *session.posargs, env={**FLOAT32, **HYPOTHESIS, **cache})
@@ -131,7 +131,7 @@ def tests(session: nox.Session) -> None:
 
     pytest exits with 5 when it collected no test; nox treats that as a failure, so an empty run never passes.
     """
-    _quick_runs(session)
+    _quick_runs(session, _jax_cache(session))
 
 
 @nox.session(python=PYTHON)
@@ -145,8 +145,8 @@ def tests_full(session: nox.Session) -> None:
     (tests/warp/compat/test_warp_kernel_verdicts.py) and the cross-checks over every kernel of the suite. About 20
     minutes on 2 cores with Warp's kernel cache warm.
     """
-    narrowed = _quick_runs(session)
     cache = _jax_cache(session)
+    narrowed = _quick_runs(session, cache)
     # the bridge tests (marked `launch_paths`) again on the Python launch path, in checking mode
     session.run(
         "pytest", *WORKERS, "-m", "launch_paths", *session.posargs, env={**FLOAT32, **PYTHON_PATH, **cache}, **narrowed
